@@ -1,0 +1,75 @@
+"""`attention-mt`: train, evaluate (and, as later parts land, export, serve, translate)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(help="attention-mt: attention seq2seq translation that shows its attention.", no_args_is_help=True)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Argument(help="run config TOML, e.g. models/configs/transformer-en-zh.toml")],
+    out: Annotated[Path, typer.Option("--out", help="run directory for checkpoints and logs")],
+    resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out from last.pt")] = False,
+    corpus: Annotated[Path | None, typer.Option(help="corpus TSV (default: the shared Tatoeba corpus)")] = None,
+    epochs: Annotated[int | None, typer.Option(help="override [train] epochs")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="override [train] max_steps (0 = no limit)")] = None,
+) -> None:
+    """Train a model: tokenizers, checkpoints, dev BLEU per epoch, early stop."""
+    from models.config import ConfigError, load_run_config
+    from models.data import CorpusError
+    from models.train import TrainError
+    from models.train import train as run_training
+
+    overrides: dict[str, Any] = {k: v for k, v in {"epochs": epochs, "max_steps": max_steps}.items() if v is not None}
+    try:
+        run_config = load_run_config(config)
+        progress = run_training(run_config, out, resume=resume, corpus=corpus, train_overrides=overrides)
+    except (ConfigError, CorpusError, TrainError) as exc:
+        _fail(str(exc))
+        return
+    typer.echo(
+        f"done: best dev BLEU {progress['best_dev_bleu']:.2f} at epoch {progress['best_epoch']}, "
+        f"{progress['step']} steps; checkpoints in {out}"
+    )
+
+
+@app.command()
+def evaluate(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `train`")],
+    split: Annotated[str, typer.Option(help="test or dev")] = "test",
+    corpus: Annotated[Path | None, typer.Option(help="score this TSV instead of a split")] = None,
+    beam: Annotated[int, typer.Option(help="beam size (1 = greedy)")] = 4,
+    checkpoint: Annotated[str, typer.Option(help="checkpoint file in the run directory")] = "best.pt",
+    limit: Annotated[int, typer.Option(help="score only the first N pairs (0 = all)")] = 0,
+) -> None:
+    """Compute sacreBLEU BLEU and chrF; print them and write a JSON next to the checkpoint."""
+    from models.data import CorpusError
+    from models.evaluate import evaluate as run_evaluation
+
+    if split not in ("test", "dev"):
+        _fail(f"--split must be test or dev, got {split!r}")
+    if beam < 1:
+        _fail(f"--beam must be at least 1, got {beam}")
+    if not (run_dir / checkpoint).is_file():
+        _fail(f"{run_dir / checkpoint} does not exist; train first")
+    try:
+        result = run_evaluation(run_dir, split=split, corpus=corpus, beam=beam, checkpoint=checkpoint, limit=limit)
+    except CorpusError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    app()

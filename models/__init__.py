@@ -1,0 +1,1 @@
+"""PyTorch models, tokenizer training, data, training and evaluation of attention-mt."""

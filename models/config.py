@@ -1,0 +1,154 @@
+"""Frozen configuration of a run: model hyperparameters, data and training settings.
+
+A run is described by one TOML file with `[model]`, `[data]` and `[train]` tables. The
+dataclasses are saved inside every checkpoint, so a checkpoint rebuilds its model alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SCORE_FUNCTIONS = ("dot", "scaled_dot", "cosine", "general", "additive")
+LANGUAGES = ("en", "zh")
+
+
+class ConfigError(ValueError):
+    """A config file or dict that does not describe a valid run."""
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    """Bidirectional GRU encoder, GRU decoder, one attention with a selectable score."""
+
+    family: Literal["rnn"] = "rnn"
+    src_vocab: int = 0  # filled from the tokenizer at training time
+    tgt_vocab: int = 0
+    emb_dim: int = 256
+    enc_hidden: int = 256  # per direction: memory has 2 * enc_hidden features
+    enc_layers: int = 1
+    dec_hidden: int = 512
+    attention: str = "additive"
+    attn_dim: int = 256  # additive attention's hidden size
+    dropout: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.attention not in SCORE_FUNCTIONS:
+            raise ConfigError(f"model.attention is {self.attention!r}; choose one of {SCORE_FUNCTIONS}")
+        if self.attention in ("dot", "scaled_dot", "cosine") and self.dec_hidden != 2 * self.enc_hidden:
+            raise ConfigError(
+                f"model.attention={self.attention!r} compares the decoder state with encoder states "
+                f"directly, so dec_hidden ({self.dec_hidden}) must equal 2 * enc_hidden ({2 * self.enc_hidden})"
+            )
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Pre-norm encoder-decoder Transformer with multi-head scaled dot-product attention."""
+
+    family: Literal["transformer"] = "transformer"
+    src_vocab: int = 0
+    tgt_vocab: int = 0
+    d_model: int = 256
+    heads: int = 4
+    ff_dim: int = 1024
+    enc_layers: int = 3
+    dec_layers: int = 3
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    max_positions: int = 256
+    tie_output: bool = True  # share the target embedding with the output projection
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.heads:
+            raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
+
+
+ModelConfig = RNNConfig | TransformerConfig
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str = "en"
+    target: str = "zh"
+    corpus: str | None = None  # None: the shared corpus (models/data.py finds it)
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int = 8000
+    max_src_tokens: int = 64  # longer training pairs are dropped; also the model's input limit
+    max_tgt_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if {self.source, self.target} != set(LANGUAGES):
+            raise ConfigError(f"data.source/target must be en and zh in some order, got {self.source}->{self.target}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 30
+    max_steps: int = 0  # 0: no step limit
+    batch_tokens: int = 3000  # padded source + target tokens per batch
+    lr: float = 7e-4
+    warmup_steps: int = 800
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    seed: int = 1234
+    patience: int = 5  # epochs without a better dev BLEU before stopping
+    dev_sentences: int = 500  # dev pairs decoded for BLEU each epoch (0 = all)
+    checkpoint_every: int = 200  # steps between mid-epoch checkpoints
+    log_every: int = 50  # steps between plain log lines when not on a TTY
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _build(cls: type[Any], table: dict[str, Any], section: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) in [{section}]: {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    try:
+        return cls(**table)
+    except TypeError as exc:
+        raise ConfigError(f"[{section}]: {exc}") from exc
+
+
+def model_config_from_dict(table: dict[str, Any]) -> ModelConfig:
+    family = table.get("family")
+    classes: dict[str, type[Any]] = {"rnn": RNNConfig, "transformer": TransformerConfig}
+    if family not in classes:
+        raise ConfigError(f"model.family is {family!r}; choose one of {sorted(classes)}")
+    config: ModelConfig = _build(classes[family], table, "model")
+    return config
+
+
+def run_config_from_dict(doc: dict[str, Any]) -> RunConfig:
+    unknown = sorted(set(doc) - {"model", "data", "train"})
+    if unknown:
+        raise ConfigError(f"unknown table(s): {', '.join(unknown)}; a run has [model], [data], [train]")
+    if "model" not in doc:
+        raise ConfigError("a run config needs a [model] table")
+    return RunConfig(
+        model=model_config_from_dict(doc["model"]),
+        data=_build(DataConfig, doc.get("data", {}), "data"),
+        train=_build(TrainConfig, doc.get("train", {}), "train"),
+    )
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    return run_config_from_dict(doc)

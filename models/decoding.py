@@ -1,0 +1,102 @@
+"""Decoding a PyTorch model with the service's own search (service.engine.search).
+
+`TorchStepModel` adapts a model's `decode_step` to the search's step protocol, so training-time
+BLEU, evaluation and the served ONNX engine all run one search implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from models.batching import pad
+from models.seq2seq import Seq2SeqModel
+from service.engine.search import FloatArray, Hypothesis, IntArray, beam_search, greedy_search
+from service.engine.tokenizer import BOS_ID, EOS_ID, Tokenizer
+
+
+@dataclass
+class TorchState:
+    statics: dict[str, Tensor]
+    src_pad_mask: Tensor
+    state: dict[str, Tensor]
+
+    def select(self, rows: Tensor) -> TorchState:
+        return TorchState(
+            statics={k: v.index_select(0, rows) for k, v in self.statics.items()},
+            src_pad_mask=self.src_pad_mask.index_select(0, rows),
+            state={k: v.index_select(0, rows) for k, v in self.state.items()},
+        )
+
+
+class TorchStepModel:
+    """One decode_step per search step; every state tensor has its batch on axis 0."""
+
+    def __init__(self, model: Seq2SeqModel) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+
+    def step(self, tokens: IntArray, state: TorchState) -> tuple[FloatArray, FloatArray, TorchState]:
+        prev = torch.from_numpy(tokens).to(self.device)
+        out = self.model.decode_step(prev, state.statics, state.src_pad_mask, state.state)
+        new_state = TorchState(state.statics, state.src_pad_mask, out.state)
+        return out.log_probs.float().cpu().numpy(), out.cross_attention.float().cpu().numpy(), new_state
+
+    def reorder(self, state: TorchState, rows: IntArray) -> TorchState:
+        return state.select(torch.from_numpy(rows).to(self.device))
+
+
+def max_output_length(src_len: int, limit: int) -> int:
+    """A generous cap for a target: twice the source plus slack, never past the model's limit."""
+    return min(limit, 2 * src_len + 10)
+
+
+@torch.inference_mode()
+def translate_ids(
+    model: Seq2SeqModel,
+    src_ids: list[list[int]],
+    max_tgt_tokens: int,
+    beam_size: int = 1,
+    n_best: int = 1,
+    alpha: float = 0.6,
+) -> list[list[Hypothesis]]:
+    """Decode a batch of source id lists (EOS included); n_best hypotheses each, best first."""
+    device = next(model.parameters()).device
+    ids, mask = pad(src_ids)  # (B, S)
+    ids, mask = ids.to(device), mask.to(device)
+    enc = model.encode(ids, mask)
+    state = TorchState(enc.statics, mask, enc.state)
+    max_lengths = np.array([max_output_length(len(s), max_tgt_tokens) for s in src_ids], dtype=np.int64)
+    step_model = TorchStepModel(model)
+    if beam_size == 1:
+        return [[h] for h in greedy_search(step_model, state, max_lengths, BOS_ID, EOS_ID, alpha)]
+    return beam_search(step_model, state, max_lengths, BOS_ID, EOS_ID, beam_size, n_best, alpha)
+
+
+def translate_texts(
+    model: Seq2SeqModel,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    texts: list[str],
+    max_src_tokens: int,
+    max_tgt_tokens: int,
+    beam_size: int = 1,
+    batch_size: int = 64,
+) -> list[str]:
+    """Translate texts in length-sorted batches; outputs come back in input order.
+
+    Sources longer than the model's limit are cut to it here (this is evaluation, where every
+    test sentence must get an output); the service refuses them instead.
+    """
+    encoded = [[*ids[: max_src_tokens - 1], EOS_ID] for ids in src_tokenizer.encode_ids(texts)]
+    order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+    outputs = [""] * len(texts)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        hyps = translate_ids(model, [encoded[i] for i in chunk], max_tgt_tokens, beam_size)
+        for i, nbest in zip(chunk, hyps, strict=True):
+            outputs[i] = tgt_tokenizer.decode_text(nbest[0].tokens)
+    return outputs

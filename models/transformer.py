@@ -1,0 +1,227 @@
+"""The Transformer family: pre-norm encoder-decoder with multi-head scaled dot-product attention.
+
+Incremental decoding carries a KV cache: `self_key.{i}` / `self_value.{i}` (B, N, P, D) per decoder
+layer grow by one position a step; the cross-attention keys and values `cross_key.{i}` /
+`cross_value.{i}` (B, N, S, D) are computed once by `encode`.
+
+Legend: B batch, S source length, T target length, P past length, H d_model, N heads,
+D head dim, F feed-forward size, L layers, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.config import TransformerConfig
+from models.seq2seq import Encoded, ForwardOutput, StepOutput
+from service.engine.tokenizer import PAD_ID
+
+
+def sinusoidal_positions(max_positions: int, dim: int) -> Tensor:
+    """The fixed sine/cosine position table (P, H) of Vaswani et al."""
+    pos = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))  # (H/2,)
+    table = torch.zeros(max_positions, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)
+    return table
+
+
+class MultiHeadAttention(nn.Module):
+    """softmax(Q K^T / sqrt(D)) V over N heads; returns the output and the weights (B, N, T, S)."""
+
+    def __init__(self, d_model: int, heads: int, attn_dropout: float) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, d_model // heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(attn_dropout)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, N, T, D)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of x (B, S, H) -> (B, N, S, D) each."""
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+
+    def forward(self, x: Tensor, key: Tensor, value: Tensor, blocked: Tensor | None) -> tuple[Tensor, Tensor]:
+        """x (B, T, H) attends to key/value (B, N, S, D); blocked broadcasts to (B, N, T, S), True = masked."""
+        q = self.split_heads(self.q_proj(x))  # (B, N, T, D)
+        scores = q @ key.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, N, T, S)
+        if blocked is not None:
+            scores = scores.masked_fill(blocked, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, N, T, S)
+        out = self.dropout(weights) @ value  # (B, N, T, D)
+        B, _, T, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, -1)), weights  # (B, T, H)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ff_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.up, self.down, self.dropout = (
+            nn.Linear(d_model, ff_dim),
+            nn.Linear(ff_dim, d_model),
+            nn.Dropout(dropout),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.dropout(F.relu(self.up(x))))  # (B, T, H)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, blocked: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, S, H), blocked (B, 1, 1, S) -> x (B, S, H), self-attention (B, N, S, S)."""
+        h = self.norm1(x)
+        k, v = self.self_attn.project_kv(h)
+        out, weights = self.self_attn(h, k, v, blocked)
+        x = x + self.dropout(out)
+        return x + self.dropout(self.ff(self.norm2(x))), weights
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        past: tuple[Tensor, Tensor] | None,
+        self_blocked: Tensor | None,
+        cross: tuple[Tensor, Tensor],
+        cross_blocked: Tensor,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor, Tensor]:
+        """x (B, T, H) with past keys/values (B, N, P, D) -> x, present (B, N, P+T, D), self and cross weights."""
+        h = self.norm1(x)
+        k, v = self.self_attn.project_kv(h)  # (B, N, T, D)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, N, P+T, D)
+        out, self_weights = self.self_attn(h, k, v, self_blocked)  # (B, N, T, P+T)
+        x = x + self.dropout(out)
+        out, cross_weights = self.cross_attn(self.norm2(x), cross[0], cross[1], cross_blocked)  # (B, N, T, S)
+        x = x + self.dropout(out)
+        x = x + self.dropout(self.ff(self.norm3(x)))
+        return x, (k, v), self_weights, cross_weights
+
+
+class Transformer(nn.Module):
+    positions: Tensor  # (P, H) buffer
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model, padding_idx=PAD_ID)
+        self.tgt_embed = nn.Embedding(cfg.tgt_vocab, cfg.d_model, padding_idx=PAD_ID)
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
+        self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+        if cfg.tie_output:
+            self.output.weight = self.tgt_embed.weight
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.scale = math.sqrt(cfg.d_model)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=module.embedding_dim**-0.5)
+            nn.init.zeros_(module.weight[PAD_ID])
+
+    def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: Tensor | int = 0) -> Tensor:
+        T = ids.shape[1]
+        pos = self.positions[offset : offset + T]  # (T, H)
+        return self.dropout(embedding(ids) * self.scale + pos)  # (B, T, H)
+
+    def encode(self, src_ids: Tensor, src_pad_mask: Tensor, need_weights: bool = False) -> Encoded:
+        blocked = src_pad_mask[:, None, None, :]  # (B, 1, 1, S)
+        x = self._embed(self.src_embed, src_ids)  # (B, S, H)
+        self_weights = []
+        for layer in self.encoder_layers:
+            x, weights = layer(x, blocked)
+            self_weights.append(weights)
+        memory = self.encoder_norm(x)  # (B, S, H)
+        statics: dict[str, Tensor] = {}
+        state: dict[str, Tensor] = {}
+        B = src_ids.shape[0]
+        for i, layer in enumerate(self.decoder_layers):
+            assert isinstance(layer, DecoderLayer)
+            statics[f"cross_key.{i}"], statics[f"cross_value.{i}"] = layer.cross_attn.project_kv(memory)
+            empty = memory.new_zeros(B, self.config.heads, 0, self.config.d_model // self.config.heads)
+            state[f"self_key.{i}"], state[f"self_value.{i}"] = empty, empty
+        attention = torch.stack(self_weights, dim=1) if need_weights else None  # (B, L, N, S, S)
+        return Encoded(statics=statics, state=state, self_attention=attention)
+
+    def _decode(
+        self,
+        tgt_ids: Tensor,
+        statics: dict[str, Tensor],
+        src_pad_mask: Tensor,
+        state: dict[str, Tensor] | None,
+        self_blocked: Tensor | None,
+    ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor]:
+        """Run the decoder stack on tgt_ids (B, T) after the cached past; returns logits (B, T, V),
+        the present cache, cross-attention (B, L, N, T, S) and self-attention (B, L, N, T, P+T)."""
+        past_len = 0 if state is None else state["self_key.0"].shape[2]
+        x = self._embed(self.tgt_embed, tgt_ids, past_len)  # (B, T, H)
+        cross_blocked = src_pad_mask[:, None, None, :]  # (B, 1, 1, S)
+        present: dict[str, Tensor] = {}
+        cross_weights, self_weights = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            past = None if state is None else (state[f"self_key.{i}"], state[f"self_value.{i}"])
+            cross = (statics[f"cross_key.{i}"], statics[f"cross_value.{i}"])
+            x, (k, v), s_w, c_w = layer(x, past, self_blocked, cross, cross_blocked)
+            present[f"self_key.{i}"], present[f"self_value.{i}"] = k, v
+            self_weights.append(s_w)
+            cross_weights.append(c_w)
+        logits = self.output(self.decoder_norm(x))  # (B, T, V)
+        return logits, present, torch.stack(cross_weights, dim=1), torch.stack(self_weights, dim=1)
+
+    def decode_step(
+        self, prev_tokens: Tensor, statics: dict[str, Tensor], src_pad_mask: Tensor, state: dict[str, Tensor]
+    ) -> StepOutput:
+        logits, present, cross, _ = self._decode(prev_tokens[:, None], statics, src_pad_mask, state, None)
+        return StepOutput(
+            log_probs=F.log_softmax(logits[:, 0], dim=-1),  # (B, V)
+            cross_attention=cross[:, :, :, 0],  # (B, L, N, S)
+            state=present,
+        )
+
+    def forward(
+        self, src_ids: Tensor, src_pad_mask: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> ForwardOutput:
+        """Teacher forcing: tgt_in (B, T) starts with BOS -> logits (B, T, V) and attention."""
+        enc = self.encode(src_ids, src_pad_mask, need_weights)
+        T = tgt_in.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # (T, T) True = future
+        logits, _, cross, self_weights = self._decode(tgt_in, enc.statics, src_pad_mask, None, causal)
+        return ForwardOutput(
+            logits=logits,
+            cross_attention=cross,  # (B, L, N, T, S)
+            decoder_self_attention=self_weights if need_weights else None,  # (B, L, N, T, T)
+            encoder_self_attention=enc.self_attention,
+        )

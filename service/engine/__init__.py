@@ -1,0 +1,1 @@
+"""The torch-free core shared by serving, training and export: text, tokenizer, search."""

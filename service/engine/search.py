@@ -1,0 +1,210 @@
+"""Greedy and beam search as pure functions over a step protocol (numpy only).
+
+The search never looks inside the model's state: it asks the model to take a step and to
+reorder its state rows. The same functions decode a PyTorch model during training, and the
+ONNX sessions in the service, so what is evaluated is what is served.
+
+Legend: B sentences, K beam, N = rows fed to the model (B·K, shrinking as sentences finish),
+V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+StateT = TypeVar("StateT")
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float32]
+
+
+class StepModel(Protocol[StateT]):
+    """What the search needs of a model: one decoding step, and row reordering of its state."""
+
+    def step(self, tokens: IntArray, state: StateT) -> tuple[FloatArray, FloatArray, StateT]:
+        """Feed the last token of each row (N,); get log-probs (N, V), attention (N, ...), new state."""
+        ...
+
+    def reorder(self, state: StateT, rows: IntArray) -> StateT:
+        """Select (and repeat) state rows: new row i is old row rows[i]."""
+        ...
+
+
+@dataclass
+class Hypothesis:
+    """One decoded sequence. `tokens` ends with EOS when `finished`; one attention row per token."""
+
+    tokens: list[int]
+    token_log_probs: list[float]
+    attention: FloatArray  # (T, ...) the step's attention for each token
+    score: float  # sum of log-probs divided by the length penalty
+    finished: bool
+
+    @property
+    def log_prob(self) -> float:
+        return float(sum(self.token_log_probs))
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's ((5 + |Y|) / 6) ** alpha; alpha = 0 means the raw sum of log-probs."""
+    return float(((5.0 + length) / 6.0) ** alpha) if alpha else 1.0
+
+
+@dataclass
+class _Trace:
+    """Per-step records that let a hypothesis be rebuilt by following back-pointers."""
+
+    last_token: list[IntArray]  # [t] (N_t,) token each row carries into step t
+    last_log_prob: list[FloatArray]  # [t] (N_t,)
+    parent: list[IntArray]  # [t] (N_t,) row at step t-1 it extends
+    attention: list[FloatArray]  # [t] (N_t, ...) attention computed at step t
+
+    def rebuild(self, t: int, row: int, token: int, log_prob: float) -> tuple[list[int], list[float], FloatArray]:
+        tokens, log_probs, attention = [token], [log_prob], [self.attention[t][row]]
+        while t > 0:
+            tokens.append(int(self.last_token[t][row]))
+            log_probs.append(float(self.last_log_prob[t][row]))
+            row = int(self.parent[t][row])
+            t -= 1
+            attention.append(self.attention[t][row])
+        return tokens[::-1], log_probs[::-1], np.stack(attention[::-1])
+
+
+def greedy_search(
+    model: StepModel[StateT],
+    state: StateT,
+    max_lengths: IntArray,
+    bos_id: int,
+    eos_id: int,
+    alpha: float = 0.0,
+) -> list[Hypothesis]:
+    """Pick the most likely token at every step; rows leave the batch as they finish."""
+    B = len(max_lengths)
+    rows = np.arange(B)  # sentence of each row still decoding
+    tokens = np.full(B, bos_id, dtype=np.int64)  # (N,)
+    out_tokens: list[list[int]] = [[] for _ in range(B)]
+    out_log_probs: list[list[float]] = [[] for _ in range(B)]
+    out_attention: list[list[FloatArray]] = [[] for _ in range(B)]
+    done: list[bool] = [False] * B
+    while len(rows):
+        log_probs, attention, state = model.step(tokens, state)  # (N, V), (N, ...)
+        tokens = log_probs.argmax(axis=1)  # (N,)
+        keep = []
+        for i, sentence in enumerate(rows):
+            token = int(tokens[i])
+            out_tokens[sentence].append(token)
+            out_log_probs[sentence].append(float(log_probs[i, token]))
+            out_attention[sentence].append(attention[i])
+            done[sentence] = token == eos_id
+            if not done[sentence] and len(out_tokens[sentence]) < max_lengths[sentence]:
+                keep.append(i)
+        if len(keep) < len(rows):
+            keep_rows = np.asarray(keep, dtype=np.int64)
+            rows, tokens = rows[keep_rows], tokens[keep_rows]
+            if len(rows):
+                state = model.reorder(state, keep_rows)
+    return [
+        Hypothesis(
+            tokens=out_tokens[b],
+            token_log_probs=out_log_probs[b],
+            attention=np.stack(out_attention[b]),
+            score=sum(out_log_probs[b]) / length_penalty(len(out_tokens[b]), alpha),
+            finished=done[b],
+        )
+        for b in range(B)
+    ]
+
+
+def beam_search(
+    model: StepModel[StateT],
+    state: StateT,
+    max_lengths: IntArray,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    n_best: int = 1,
+    alpha: float = 0.0,
+) -> list[list[Hypothesis]]:
+    """Beam search over B sentences at once; returns the n_best hypotheses of each, best first.
+
+    A sentence is done when its best candidate of a step ends in EOS and it has n_best finished
+    hypotheses, or when it reaches its max length (those hypotheses are marked unfinished).
+    Beam size 1 gives exactly what greedy search gives.
+    """
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be in 1..beam_size ({beam_size}), got {n_best}")
+    search = _BeamSearch(len(max_lengths), beam_size, n_best, eos_id, alpha, bos_id)
+    return search.run(model, state, max_lengths)
+
+
+_Candidate = tuple[int, int, float]  # (row, token, cumulative log-prob)
+
+
+class _BeamSearch:
+    """The bookkeeping of one beam_search call: the trace, finished hypotheses, alive beams."""
+
+    def __init__(self, batch: int, beam: int, n_best: int, eos_id: int, alpha: float, bos_id: int) -> None:
+        self.K, self.n_best, self.eos_id, self.alpha = beam, n_best, eos_id, alpha
+        N = batch * beam
+        self.trace = _Trace([np.full(N, bos_id, dtype=np.int64)], [np.zeros(N, np.float32)], [np.arange(N)], [])
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+
+    def run(self, model: StepModel[StateT], state: StateT, max_lengths: IntArray) -> list[list[Hypothesis]]:
+        B, K = len(max_lengths), self.K
+        state = model.reorder(state, np.repeat(np.arange(B), K))
+        tokens = self.trace.last_token[0]  # (N,)
+        cum = np.tile(np.array([0.0] + [-np.inf] * (K - 1)), B)  # (N,) one live row per sentence at t=0
+        active = list(range(B))  # sentences still searching, in row-block order
+        t = 0
+        while active:
+            log_probs, attention, state = model.step(tokens, state)  # (N, V), (N, ...)
+            self.trace.attention.append(attention)
+            V = log_probs.shape[1]
+            total = (cum[:, None] + log_probs).reshape(len(active), K * V)  # (A, K·V)
+            n_cand = min(2 * K, K * V)
+            top = np.argpartition(-total, n_cand - 1, axis=1)[:, :n_cand]  # (A, 2K)
+            kept: list[_Candidate] = []
+            still_active = []
+            for a, sentence in enumerate(active):
+                order = top[a][np.argsort(-total[a, top[a]], kind="stable")]  # (2K,) best first
+                candidates = [(a * K + int(c) // V, int(c) % V, float(total[a, c])) for c in order]
+                alive = self._advance(sentence, candidates, log_probs, t, t + 1 >= max_lengths[sentence])
+                if alive:
+                    still_active.append(sentence)
+                    kept += alive
+            if not still_active:
+                break
+            rows = np.array([c[0] for c in kept], dtype=np.int64)
+            tokens = np.array([c[1] for c in kept], dtype=np.int64)
+            cum = np.array([c[2] for c in kept])
+            state = model.reorder(state, rows)
+            self.trace.last_token.append(tokens)
+            self.trace.last_log_prob.append(log_probs[rows, tokens])
+            self.trace.parent.append(rows)
+            active = still_active
+            t += 1
+        return [sorted(hyps, key=lambda h: -h.score)[: self.n_best] for hyps in self.finished]
+
+    def _advance(
+        self, sentence: int, candidates: list[_Candidate], log_probs: FloatArray, t: int, last_step: bool
+    ) -> list[_Candidate]:
+        """Move finished candidates to `finished`; return the K beams that go on (none when done)."""
+        alive: list[_Candidate] = []
+        finished = self.finished[sentence]
+        for row, token, score in candidates:
+            if score == -np.inf or len(alive) == self.K:
+                break
+            if token == self.eos_id or last_step:
+                tokens, log_probs_, attention = self.trace.rebuild(t, row, token, float(log_probs[row, token]))
+                normalised = score / length_penalty(len(tokens), self.alpha)
+                finished.append(Hypothesis(tokens, log_probs_, attention, normalised, token == self.eos_id))
+            else:
+                alive.append((row, token, score))
+        best_ended = candidates[0][1] == self.eos_id and len(finished) >= self.n_best
+        if last_step or best_ended or not alive:
+            return []
+        dead = (alive[0][0], alive[0][1], -np.inf)  # pads the beam; never chosen again
+        return alive + [dead] * (self.K - len(alive))

@@ -1,0 +1,108 @@
+"""`attention-mt train` and `evaluate` end to end on the tiny config and the synthetic corpus."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.checkpoint import load_checkpoint
+from models.config import load_run_config
+from models.train import train
+from tests.conftest import PROJECT_ROOT
+
+TINY = PROJECT_ROOT / "models" / "configs" / "tiny.toml"
+TINY_RNN = PROJECT_ROOT / "models" / "configs" / "tiny-rnn.toml"
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "attention-mt"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "cli.main"]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=300, check=False)
+
+
+def history(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, synthetic_corpus: Path) -> Path:
+    run = tmp_path_factory.mktemp("runs") / "tiny"
+    result = cli("train", TINY, "--out", run, "--corpus", synthetic_corpus, "--epochs", "2")
+    assert result.returncode == 0, result.stderr
+    assert "done: best dev BLEU" in result.stdout
+    # not a TTY: plain progress lines with loss, tokens/s and ETA
+    assert "loss" in result.stderr and "tok/s" in result.stderr and "eta" in result.stderr
+    return run
+
+
+def test_train_writes_a_run(tiny_run: Path) -> None:
+    for name in (
+        "best.pt",
+        "last.pt",
+        "config.json",
+        "history.jsonl",
+        "tokenizers/en.model",
+        "tokenizers/zh.model",
+    ):
+        assert (tiny_run / name).is_file(), name
+    records = history(tiny_run)
+    assert [r["epoch"] for r in records] == [1, 2]
+    assert all("dev_bleu" in r and "dev_chrf" in r and r["tokens_per_second"] > 0 for r in records)
+
+
+def test_resume_continues_the_run(tiny_run: Path, synthetic_corpus: Path) -> None:
+    steps_before = load_checkpoint(tiny_run / "last.pt").progress["step"]
+    refused = cli("train", TINY, "--out", tiny_run, "--corpus", synthetic_corpus)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+    resumed = cli("train", TINY, "--out", tiny_run, "--corpus", synthetic_corpus, "--resume", "--epochs", "3")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r["epoch"] for r in history(tiny_run)] == [1, 2, 3]
+    assert load_checkpoint(tiny_run / "last.pt").progress["step"] > steps_before
+
+
+@pytest.mark.parametrize("args", [("--split", "test", "--beam", "2"), ("--split", "dev", "--beam", "1")])
+def test_evaluate_prints_and_writes_scores(tiny_run: Path, args: tuple[str, ...]) -> None:
+    result = cli("evaluate", tiny_run, *args)
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout)
+    assert {"bleu", "chrf", "sentences", "beam", "bleu_tokenize", "corpus_sha256"} <= set(scores)
+    assert scores["bleu_tokenize"] == "zh" and scores["sentences"] > 0
+    assert json.loads(Path(scores["output"]).read_text()) | {"output": scores["output"]} == scores
+
+
+def test_evaluate_a_corpus_file(tiny_run: Path, synthetic_corpus: Path) -> None:
+    result = cli("evaluate", tiny_run, "--corpus", synthetic_corpus, "--beam", "1", "--limit", "40")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["sentences"] == 40
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    missing = cli("evaluate", tmp_path / "nothing")
+    assert missing.returncode == 2 and "does not exist; train first" in missing.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nfamily = "transformer"\nlayers = 2\n')
+    result = cli("train", bad, "--out", tmp_path / "run")
+    assert result.returncode == 2 and "unknown key(s) in [model]: layers" in result.stderr
+
+
+def test_rnn_config_trains(tmp_path: Path, synthetic_corpus: Path) -> None:
+    result = cli("train", TINY_RNN, "--out", tmp_path / "rnn", "--corpus", synthetic_corpus, "--epochs", "1")
+    assert result.returncode == 0, result.stderr
+    assert load_checkpoint(tmp_path / "rnn" / "best.pt").config.model.family == "rnn"
+
+
+def test_resume_mid_epoch_gives_the_same_weights(tmp_path: Path, synthetic_corpus: Path) -> None:
+    config = load_run_config(TINY)
+    train(config, tmp_path / "straight", corpus=synthetic_corpus, train_overrides={"epochs": 2})
+    train(config, tmp_path / "stopped", corpus=synthetic_corpus, train_overrides={"epochs": 2, "max_steps": 20})
+    assert load_checkpoint(tmp_path / "stopped" / "last.pt").progress["batch_in_epoch"] > 0  # stopped mid-epoch
+    train(config, tmp_path / "stopped", resume=True, corpus=synthetic_corpus, train_overrides={"max_steps": 0})
+    straight = load_checkpoint(tmp_path / "straight" / "last.pt").model.state_dict()
+    resumed = load_checkpoint(tmp_path / "stopped" / "last.pt").model.state_dict()
+    for name, tensor in straight.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0, msg=name)

@@ -1,0 +1,170 @@
+"""The search with scripted log-probs and no model at all."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from service.engine.search import Hypothesis, beam_search, greedy_search, length_penalty
+
+BOS, EOS, V = 2, 3, 8
+
+
+class ScriptedModel:
+    """State = each row's token history. Log-probs come from a table keyed by history (falling
+    back to a pseudo-random distribution seeded by the history), and the "attention" of a step
+    encodes the history length and sum, so reordering mistakes show up in the attention rows."""
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]] | None = None, seed: int = 0) -> None:
+        self.table = table or {}
+        self.seed = seed
+        self.calls = 0
+
+    def distribution(self, history: tuple[int, ...]) -> np.ndarray:
+        if history in self.table:
+            probs = np.full(V, 1e-6)
+            for token, p in self.table[history].items():
+                probs[token] = p
+        else:
+            digest = hashlib.sha256(repr((self.seed, history)).encode()).digest()
+            probs = np.frombuffer(digest[:V], dtype=np.uint8).astype(np.float64) + 1.0
+            probs[EOS] *= 0.3 + 0.25 * len(history)  # EOS grows likelier with length
+            probs[BOS] = 1e-9
+        return np.log(probs / probs.sum()).astype(np.float32)
+
+    @staticmethod
+    def attention_of(history: tuple[int, ...]) -> np.ndarray:
+        return np.array([len(history), sum(history)], dtype=np.float32)
+
+    def step(self, tokens: np.ndarray, state: list[tuple[int, ...]]):
+        self.calls += 1
+        histories = [(*h, int(t)) for h, t in zip(state, tokens, strict=True)]
+        log_probs = np.stack([self.distribution(h[1:]) for h in histories])  # history without BOS
+        attention = np.stack([self.attention_of(h) for h in histories])
+        return log_probs, attention, histories
+
+    def reorder(self, state: list[tuple[int, ...]], rows: np.ndarray) -> list[tuple[int, ...]]:
+        return [state[int(r)] for r in rows]
+
+
+def initial(batch: int) -> list[tuple[int, ...]]:
+    return [()] * batch
+
+
+def check_attention(hyp: Hypothesis) -> None:
+    """Row t of a hypothesis' attention must be the one computed on its own prefix."""
+    prefix: tuple[int, ...] = (BOS,)
+    for t, token in enumerate(hyp.tokens):
+        np.testing.assert_array_equal(hyp.attention[t], ScriptedModel.attention_of(prefix))
+        prefix = (*prefix, token)
+
+
+def test_greedy_follows_the_argmax_and_stops_at_eos() -> None:
+    model = ScriptedModel({(): {5: 0.6, 6: 0.4}, (5,): {4: 0.9, EOS: 0.1}, (5, 4): {EOS: 0.99, 4: 0.01}})
+    [hyp] = greedy_search(model, initial(1), np.array([10]), BOS, EOS)
+    assert hyp.tokens == [5, 4, EOS]
+    assert hyp.finished
+    assert hyp.token_log_probs == pytest.approx(list(np.log([0.6, 0.9, 0.99])), abs=1e-4)
+    assert hyp.score == pytest.approx(hyp.log_prob)
+    check_attention(hyp)
+
+
+def test_beam_finds_the_better_sequence_greedy_misses() -> None:
+    # Greedy takes 5 (0.6) and then has only weak continuations; 6 (0.4) leads to a sure EOS.
+    table = {
+        (): {5: 0.6, 6: 0.4},
+        (5,): {4: 0.3, 7: 0.3, 1: 0.4},
+        (5, 1): {EOS: 0.5, 4: 0.5},
+        (6,): {EOS: 0.99},
+    }
+    [greedy] = greedy_search(ScriptedModel(table), initial(1), np.array([3]), BOS, EOS)
+    [[best]] = beam_search(ScriptedModel(table), initial(1), np.array([3]), BOS, EOS, beam_size=2)
+    assert greedy.tokens == [5, 1, EOS]
+    assert best.tokens == [6, EOS]
+    assert best.score > greedy.score
+    check_attention(best)
+
+
+def test_max_length_cuts_and_marks_unfinished() -> None:
+    model = ScriptedModel({(): {5: 0.9}, (5,): {5: 0.9}, (5, 5): {5: 0.9}})
+    [hyp] = greedy_search(model, initial(1), np.array([2]), BOS, EOS)
+    assert hyp.tokens == [5, 5] and not hyp.finished
+    [[beam_hyp]] = beam_search(model, initial(1), np.array([2]), BOS, EOS, beam_size=3)
+    assert len(beam_hyp.tokens) == 2 and not beam_hyp.finished
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_beam_size_one_equals_greedy(seed: int) -> None:
+    max_lengths = np.array([3, 9, 6, 12])
+    greedy = greedy_search(ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, alpha=0.6)
+    beam = beam_search(ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, beam_size=1, alpha=0.6)
+    for g, [b] in zip(greedy, beam, strict=True):
+        assert g.tokens == b.tokens
+        assert g.finished == b.finished
+        assert g.score == pytest.approx(b.score, abs=1e-6)
+        np.testing.assert_allclose(g.token_log_probs, b.token_log_probs, atol=1e-6)
+        np.testing.assert_array_equal(g.attention, b.attention)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_beam_rows_are_reordered_consistently(seed: int) -> None:
+    model = ScriptedModel(seed=seed)
+    results = beam_search(model, initial(3), np.array([8, 5, 10]), BOS, EOS, beam_size=4, n_best=3, alpha=0.6)
+    for nbest in results:
+        assert 1 <= len(nbest) <= 3
+        assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+        assert len({tuple(h.tokens) for h in nbest}) == len(nbest)
+        for hyp in nbest:
+            check_attention(hyp)
+            # log-probs recorded per token are the model's own for that prefix
+            prefix: tuple[int, ...] = ()
+            for token, lp in zip(hyp.tokens, hyp.token_log_probs, strict=True):
+                assert lp == pytest.approx(float(model.distribution(prefix)[token]), abs=1e-6)
+                prefix = (*prefix, token)
+            assert hyp.score == pytest.approx(hyp.log_prob / length_penalty(len(hyp.tokens), 0.6), abs=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_a_batch_gives_what_each_sentence_gives_alone(beam_size: int) -> None:
+    max_lengths = np.array([4, 11, 7])
+    batch = beam_search(ScriptedModel(seed=3), initial(3), max_lengths, BOS, EOS, beam_size=beam_size, n_best=1)
+    for i, length in enumerate(max_lengths):
+        # every sentence in this batch shares the scripted distribution, so only max length differs
+        [alone] = beam_search(ScriptedModel(seed=3), initial(1), np.array([length]), BOS, EOS, beam_size=beam_size)
+        assert batch[i][0].tokens == alone[0].tokens
+        assert batch[i][0].score == pytest.approx(alone[0].score)
+
+
+def test_beam_is_at_least_as_good_as_greedy_on_average() -> None:
+    gains = []
+    for seed in range(30):
+        [g] = greedy_search(ScriptedModel(seed=seed), initial(1), np.array([10]), BOS, EOS)
+        [[b]] = beam_search(ScriptedModel(seed=seed), initial(1), np.array([10]), BOS, EOS, beam_size=5)
+        gains.append(b.score - g.score)
+    assert min(gains) >= -1e-6 or np.mean(gains) > 0
+
+
+def test_n_best_cannot_exceed_the_beam() -> None:
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search(ScriptedModel(), initial(1), np.array([5]), BOS, EOS, beam_size=2, n_best=3)
+
+
+def test_finished_rows_leave_the_batch() -> None:
+    # Sentence 0 may take 1 token, sentence 1 up to 30: the model sees ever fewer rows.
+    seen_rows: list[int] = []
+
+    class Counting(ScriptedModel):
+        def step(self, tokens, state):
+            seen_rows.append(len(tokens))
+            return super().step(tokens, state)
+
+    greedy_search(Counting(seed=1), initial(2), np.array([1, 30]), BOS, EOS)
+    assert seen_rows[0] == 2 and all(n == 1 for n in seen_rows[1:])
+
+
+def test_length_penalty() -> None:
+    assert length_penalty(7, 0.0) == 1.0
+    assert length_penalty(1, 1.0) == pytest.approx(1.0)
+    assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
