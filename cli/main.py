@@ -71,5 +71,47 @@ def evaluate(
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
 
 
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `train`")],
+    out: Annotated[Path, typer.Option("--out", help="bundle directory to write")],
+    quantize: Annotated[str | None, typer.Option(help="int8: dynamic int8 quantization")] = None,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing bundle")] = False,
+    name: Annotated[str | None, typer.Option(help="bundle name (default: the --out directory's name)")] = None,
+    checkpoint: Annotated[str, typer.Option(help="checkpoint file in the run directory")] = "best.pt",
+    parity_sentences: Annotated[int, typer.Option(help="sentences decoded by both PyTorch and ONNX")] = 200,
+    quality: Annotated[bool, typer.Option(help="measure test BLEU (greedy and beam 4) into the manifest")] = True,
+) -> None:
+    """Export a checkpoint to a verified ONNX bundle (parity checked, optionally int8)."""
+    from export.bundle_writer import ExportError
+    from export.pipeline import ExportOptions, export_run
+    from models.data import CorpusError
+
+    if quantize not in (None, "int8"):
+        _fail(f"--quantize takes int8, got {quantize!r}")
+    if not (run_dir / checkpoint).is_file():
+        _fail(f"{run_dir / checkpoint} does not exist; train first")
+    options = ExportOptions(
+        quantize=quantize,
+        force=force,
+        name=name,
+        checkpoint=checkpoint,
+        parity_sentences=parity_sentences,
+        quality_split="test" if quality else None,
+    )
+    try:
+        bundle = export_run(run_dir, out, options)
+    except (ExportError, CorpusError) as exc:
+        _fail(str(exc))
+        return
+    m = bundle.manifest
+    typer.echo(
+        f"wrote {out}: {m.name} ({m.source_lang}->{m.target_lang}, {m.architecture.family}, "
+        f"{m.quantization.mode}); parity: ids identical on {m.parity.token_ids_identical:.0%} of "
+        f"{m.parity.sentences} sentences"
+    )
+    typer.echo(m.model_dump_json(indent=2, include={"parity", "quantization", "quality"}))
+
+
 if __name__ == "__main__":
     app()

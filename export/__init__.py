@@ -1,0 +1,1 @@
+"""PyTorch checkpoint -> ONNX model bundle: graphs, parity checks, int8, manifest."""

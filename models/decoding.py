@@ -14,7 +14,7 @@ from torch import Tensor
 
 from models.batching import pad
 from models.seq2seq import Seq2SeqModel
-from service.engine.search import FloatArray, Hypothesis, IntArray, beam_search, greedy_search
+from service.engine.search import FloatArray, Hypothesis, IntArray, beam_search, greedy_search, max_output_length
 from service.engine.tokenizer import BOS_ID, EOS_ID, Tokenizer
 
 
@@ -47,11 +47,6 @@ class TorchStepModel:
 
     def reorder(self, state: TorchState, rows: IntArray) -> TorchState:
         return state.select(torch.from_numpy(rows).to(self.device))
-
-
-def max_output_length(src_len: int, limit: int) -> int:
-    """A generous cap for a target: twice the source plus slack, never past the model's limit."""
-    return min(limit, 2 * src_len + 10)
 
 
 @torch.inference_mode()

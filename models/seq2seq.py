@@ -30,6 +30,7 @@ class StepOutput:
     log_probs: Tensor  # (B, V)
     cross_attention: Tensor  # (B, L, N, S)
     state: dict[str, Tensor]
+    self_attention: Tensor | None = None  # (B, L, N, P+1) over the target so far, Transformer only
 
 
 @dataclass

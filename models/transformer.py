@@ -1,6 +1,6 @@
 """The Transformer family: pre-norm encoder-decoder with multi-head scaled dot-product attention.
 
-Incremental decoding carries a KV cache: `self_key.{i}` / `self_value.{i}` (B, N, P, D) per decoder
+Incremental decoding carries a KV cache: `past_key.{i}` / `past_value.{i}` (B, N, P, D) per decoder
 layer grow by one position a step; the cross-attention keys and values `cross_key.{i}` /
 `cross_value.{i}` (B, N, S, D) are computed once by `encode`.
 
@@ -172,7 +172,7 @@ class Transformer(nn.Module):
             assert isinstance(layer, DecoderLayer)
             statics[f"cross_key.{i}"], statics[f"cross_value.{i}"] = layer.cross_attn.project_kv(memory)
             empty = memory.new_zeros(B, self.config.heads, 0, self.config.d_model // self.config.heads)
-            state[f"self_key.{i}"], state[f"self_value.{i}"] = empty, empty
+            state[f"past_key.{i}"], state[f"past_value.{i}"] = empty, empty
         attention = torch.stack(self_weights, dim=1) if need_weights else None  # (B, L, N, S, S)
         return Encoded(statics=statics, state=state, self_attention=attention)
 
@@ -186,16 +186,16 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor]:
         """Run the decoder stack on tgt_ids (B, T) after the cached past; returns logits (B, T, V),
         the present cache, cross-attention (B, L, N, T, S) and self-attention (B, L, N, T, P+T)."""
-        past_len = 0 if state is None else state["self_key.0"].shape[2]
+        past_len = 0 if state is None else state["past_key.0"].shape[2]
         x = self._embed(self.tgt_embed, tgt_ids, past_len)  # (B, T, H)
         cross_blocked = src_pad_mask[:, None, None, :]  # (B, 1, 1, S)
         present: dict[str, Tensor] = {}
         cross_weights, self_weights = [], []
         for i, layer in enumerate(self.decoder_layers):
-            past = None if state is None else (state[f"self_key.{i}"], state[f"self_value.{i}"])
+            past = None if state is None else (state[f"past_key.{i}"], state[f"past_value.{i}"])
             cross = (statics[f"cross_key.{i}"], statics[f"cross_value.{i}"])
             x, (k, v), s_w, c_w = layer(x, past, self_blocked, cross, cross_blocked)
-            present[f"self_key.{i}"], present[f"self_value.{i}"] = k, v
+            present[f"past_key.{i}"], present[f"past_value.{i}"] = k, v
             self_weights.append(s_w)
             cross_weights.append(c_w)
         logits = self.output(self.decoder_norm(x))  # (B, T, V)
@@ -204,11 +204,12 @@ class Transformer(nn.Module):
     def decode_step(
         self, prev_tokens: Tensor, statics: dict[str, Tensor], src_pad_mask: Tensor, state: dict[str, Tensor]
     ) -> StepOutput:
-        logits, present, cross, _ = self._decode(prev_tokens[:, None], statics, src_pad_mask, state, None)
+        logits, present, cross, self_weights = self._decode(prev_tokens[:, None], statics, src_pad_mask, state, None)
         return StepOutput(
             log_probs=F.log_softmax(logits[:, 0], dim=-1),  # (B, V)
             cross_attention=cross[:, :, :, 0],  # (B, L, N, S)
             state=present,
+            self_attention=self_weights[:, :, :, 0],  # (B, L, N, P+1)
         )
 
     def forward(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,24 @@ def en_tokenizer() -> Tokenizer:
 @pytest.fixture(scope="session")
 def zh_tokenizer() -> Tokenizer:
     return train_tokenizer([zh for _, zh in synthetic_pairs()], "zh", vocab_size=60)
+
+
+TINY_CONFIG = PROJECT_ROOT / "models" / "configs" / "tiny.toml"
+
+
+def cli(*args: str | Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """Run the installed `attention-mt` console script (or the module when not installed)."""
+    script = Path(sys.executable).parent / "attention-mt"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "cli.main"]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def trained_tiny_run(tmp_path_factory: pytest.TempPathFactory, synthetic_corpus: Path) -> Path:
+    """A tiny Transformer trained on the synthetic corpus long enough to translate it (seconds).
+
+    Tests must not write into it: copy it first."""
+    run = tmp_path_factory.mktemp("trained") / "tiny"
+    result = cli("train", TINY_CONFIG, "--out", run, "--corpus", synthetic_corpus, "--epochs", "12")
+    assert result.returncode == 0, result.stderr
+    return run

@@ -48,6 +48,11 @@ class Hypothesis:
         return float(sum(self.token_log_probs))
 
 
+def max_output_length(src_len: int, limit: int) -> int:
+    """A generous cap for a target: twice the source plus slack, never past the model's limit."""
+    return min(limit, 2 * src_len + 10)
+
+
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's ((5 + |Y|) / 6) ** alpha; alpha = 0 means the raw sum of log-probs."""
     return float(((5.0 + length) / 6.0) ** alpha) if alpha else 1.0

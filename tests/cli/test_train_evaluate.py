@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +11,10 @@ import torch
 from models.checkpoint import load_checkpoint
 from models.config import load_run_config
 from models.train import train
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, TINY_CONFIG, cli
 
-TINY = PROJECT_ROOT / "models" / "configs" / "tiny.toml"
+TINY = TINY_CONFIG
 TINY_RNN = PROJECT_ROOT / "models" / "configs" / "tiny-rnn.toml"
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).parent / "attention-mt"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "cli.main"]
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=300, check=False)
 
 
 def history(run: Path) -> list[dict]:

@@ -98,7 +98,7 @@ def test_transformer_reports_every_layer_and_head() -> None:
     # causal: no weight on future target positions
     assert torch.all(out.decoder_self_attention.triu(1) == 0.0)
     assert step.cross_attention.shape == (3, cfg.dec_layers, cfg.heads, 7)
-    assert step.state["self_key.0"].shape == (3, cfg.heads, 1, cfg.d_model // cfg.heads)
+    assert step.state["past_key.0"].shape == (3, cfg.heads, 1, cfg.d_model // cfg.heads)
 
 
 def test_modules_store_no_attention() -> None:

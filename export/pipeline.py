@@ -1,0 +1,230 @@
+"""`attention-mt export`: checkpoint -> verified bundle, in a few verbs.
+
+load -> export graphs -> check parity -> (quantize) -> measure quality -> write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from export.bundle_writer import ExportError, check_destination, place, staging_dir, write_manifest
+from export.graph_io import FamilyIO, family_io
+from export.onnx_graphs import export_graphs
+from export.parity import check_parity
+from export.quantize import measure_int8, quantize_graph
+from models.checkpoint import Checkpoint, load_checkpoint
+from models.config import RNNConfig, TransformerConfig
+from models.data import Pair, default_corpus_path, read_corpus, split_corpus
+from models.metrics import bleu_tokenize, score
+from models.registry import count_parameters
+from service.engine.bundle import Bundle, load_bundle, sha256_of
+from service.engine.manifest import (
+    SCHEMA_VERSION,
+    Architecture,
+    Limits,
+    Parity,
+    Provenance,
+    Quantization,
+    Score,
+    SpecialIds,
+    Tokenizers,
+)
+from service.engine.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from service.engine.translator import SearchOptions, Translator
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    quantize: str | None = None  # None or "int8"
+    force: bool = False
+    name: str | None = None  # default: the output directory's name
+    checkpoint: str = "best.pt"
+    parity_sentences: int = 200
+    quality_split: str | None = "test"  # None: skip the BLEU measurement
+    quality_beams: tuple[int, ...] = (1, 4)
+
+
+def export_run(run_dir: Path, out: Path, options: ExportOptions = ExportOptions()) -> Bundle:
+    """Export `run_dir`'s checkpoint to the bundle directory `out`; raises ExportError on failure."""
+    check_destination(out, options.force)
+    # 1) load the checkpoint and the sentences to check it on
+    ckpt = load_checkpoint(run_dir / options.checkpoint)
+    splits = split_corpus(read_corpus(_corpus_of(ckpt)))
+    io = family_io(ckpt.config.model)
+    staged = staging_dir(out)
+    try:
+        # 2) the fp32 graphs and tokenizers, with a provisional manifest so the engine can load them
+        export_graphs(ckpt.model, io, staged)
+        fields = _manifest_fields(ckpt, io, options.name or out.name, run_dir / options.checkpoint)
+        _write_tokenizers(ckpt, staged)
+        write_manifest(staged, fields)
+        fp32 = Translator(load_bundle(staged))
+        # 3) parity, three tiers
+        checked = _parity_pairs(splits, options.parity_sentences)
+        data = ckpt.config.data
+        report = check_parity(
+            ckpt.model, io, fp32, fp32.source_ids([p.text(data.source) for p in checked]), ckpt.tgt_tokenizer
+        )
+        if report.failures():
+            raise ExportError("parity failed: " + "; ".join(report.failures()))
+        fields["parity"] = report.record()
+        # 4) int8
+        if options.quantize == "int8":
+            staged = _quantize(staged, out, fields, fp32, splits["dev"], data.source, data.target)
+        write_manifest(staged, fields)
+        # 5) quality through the bundle's own engine, then the final manifest and placement
+        if options.quality_split:
+            fields["quality"] = _quality(
+                Translator(load_bundle(staged)),
+                splits[options.quality_split],
+                options.quality_split,
+                options.quality_beams,
+                data.source,
+                data.target,
+            )
+            write_manifest(staged, fields)
+        return place(staged, out, options.force)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _corpus_of(ckpt: Checkpoint) -> Path:
+    trained_on = ckpt.progress.get("corpus") or ckpt.config.data.corpus
+    return Path(trained_on) if trained_on else default_corpus_path()
+
+
+def _parity_pairs(splits: dict[str, list[Pair]], n: int) -> list[Pair]:
+    """n dev pairs; a tiny corpus with a smaller dev split tops up from its other splits."""
+    pool = splits["dev"] + splits["test"] + splits["train"]
+    return pool[: max(n, 1)]
+
+
+def _write_tokenizers(ckpt: Checkpoint, directory: Path) -> None:
+    data = ckpt.config.data
+    (directory / f"{data.source}.model").write_bytes(ckpt.src_tokenizer.model_proto)
+    (directory / f"{data.target}.model").write_bytes(ckpt.tgt_tokenizer.model_proto)
+
+
+def _quantize(
+    staged: Path, out: Path, fields: dict[str, Any], fp32: Translator, dev: list[Pair], source: str, target: str
+) -> Path:
+    """Quantize the staged graphs into a second staging directory and measure the change."""
+    int8_dir = staging_dir(out)
+    try:
+        for graph in (fp32.manifest.graphs.encoder.file, fp32.manifest.graphs.decoder.file):
+            quantize_graph(staged / graph, int8_dir / graph)
+        for name in (fp32.manifest.tokenizers.source, fp32.manifest.tokenizers.target):
+            shutil.copy2(staged / name, int8_dir / name)
+        write_manifest(int8_dir, fields)
+        int8 = Translator(load_bundle(int8_dir))
+        sources, references = [p.text(source) for p in dev], [p.text(target) for p in dev]
+        fields["quantization"] = measure_int8(fp32, int8, sources, references, target)
+    except BaseException:
+        shutil.rmtree(int8_dir, ignore_errors=True)
+        raise
+    shutil.rmtree(staged, ignore_errors=True)
+    return int8_dir
+
+
+def _quality(
+    translator: Translator, pairs: list[Pair], split: str, beams: tuple[int, ...], source: str, target: str
+) -> list[Score]:
+    sources, references = [p.text(source) for p in pairs], [p.text(target) for p in pairs]
+    digest = hashlib.sha256("\n".join(f"{s}\t{r}" for s, r in zip(sources, references, strict=True)).encode())
+    scores = []
+    for beam in beams:
+        hyps = translator.translate_texts(sources, SearchOptions(beam_size=beam))
+        result = score(hyps, references, target)
+        scores.append(
+            Score(
+                split=split,
+                sentences=len(pairs),
+                sha256=digest.hexdigest(),
+                beam=beam,
+                bleu=result["bleu"],
+                chrf=result["chrf"],
+                bleu_tokenize=bleu_tokenize(target),
+            )
+        )
+    return scores
+
+
+def _architecture(ckpt: Checkpoint) -> Architecture:
+    cfg = ckpt.config.model
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}
+    if isinstance(cfg, TransformerConfig):
+        return Architecture(
+            family="transformer",
+            attention="multihead_scaled_dot",
+            layers=cfg.dec_layers,
+            heads=cfg.heads,
+            encoder_layers=cfg.enc_layers,
+            decoder_layers=cfg.dec_layers,
+            parameters=count_parameters(ckpt.model),
+            config=config,
+        )
+    assert isinstance(cfg, RNNConfig)
+    return Architecture(
+        family="rnn",
+        attention=cfg.attention,
+        layers=1,
+        heads=1,
+        encoder_layers=cfg.enc_layers,
+        decoder_layers=1,
+        parameters=count_parameters(ckpt.model),
+        config=config,
+    )
+
+
+def _git_commit() -> str | None:
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in ("attention-mt", "torch", "onnx", "onnxruntime", "sentencepiece"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _manifest_fields(ckpt: Checkpoint, io: FamilyIO, name: str, checkpoint_path: Path) -> dict[str, Any]:
+    data = ckpt.config.data
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "source_lang": data.source,
+        "target_lang": data.target,
+        "architecture": _architecture(ckpt),
+        "graphs": {"encoder": io.encoder, "decoder": io.decoder},
+        "state": io.state,
+        "special_ids": SpecialIds(pad=PAD_ID, unk=UNK_ID, bos=BOS_ID, eos=EOS_ID),
+        "limits": Limits(max_source_tokens=data.max_src_tokens, max_target_tokens=data.max_tgt_tokens),
+        "tokenizers": Tokenizers(source=f"{data.source}.model", target=f"{data.target}.model"),
+        "quantization": Quantization(mode="none"),
+        "parity": Parity(
+            max_abs_diff={}, tolerances={}, sentences=0, token_ids_identical=0.0, strings_identical=0.0, passed=False
+        ),
+        "provenance": Provenance(
+            checkpoint_sha256=sha256_of(checkpoint_path),
+            corpus_sha256=ckpt.progress.get("corpus_sha256"),
+            git_commit=_git_commit(),
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            versions=_versions(),
+            trained_epochs=ckpt.progress.get("best_epoch"),
+            train_seconds=ckpt.progress.get("train_seconds"),
+        ),
+    }

@@ -1,0 +1,158 @@
+"""The bundle manifest: the one contract between export (writer) and the service (reader).
+
+A strict pydantic schema (unknown fields rejected, no coercion), shared by both sides so they can
+never disagree on a field. `graphs` declares every input and output of the two ONNX graphs with
+symbolic dims; `state` says how decoder state is initialised and carried between steps.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+Dim = int | str  # a fixed size, or a symbolic name: batch, src_len, past_len, present_len
+DType = Literal["int64", "float32", "bool"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TensorSpec(Strict):
+    name: str
+    dtype: DType
+    shape: list[Dim]
+
+
+class GraphSpec(Strict):
+    file: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+    def input(self, name: str) -> TensorSpec:
+        return next(t for t in self.inputs if t.name == name)
+
+    def output(self, name: str) -> TensorSpec:
+        return next(t for t in self.outputs if t.name == name)
+
+
+class Graphs(Strict):
+    encoder: GraphSpec
+    decoder: GraphSpec
+
+
+class StateSpec(Strict):
+    """One decoder state tensor: fed as `input`, returned as `output`, reordered on `batch_axis`.
+
+    `init` is "encoder:<output name>" (taken from the encoder graph) or "empty" (zeros with every
+    symbolic dim but `batch` at 0, e.g. a KV cache with no past)."""
+
+    input: str
+    output: str
+    batch_axis: int = 0
+    init: str
+
+
+class Architecture(Strict):
+    family: Literal["rnn", "transformer"]
+    attention: str  # the RNN's score function, or "multihead_scaled_dot"
+    layers: int  # decoder layers reporting cross-attention
+    heads: int
+    encoder_layers: int
+    decoder_layers: int
+    parameters: int
+    config: dict[str, int | float | str | bool]  # the model's full hyperparameters
+
+
+class SpecialIds(Strict):
+    pad: int
+    unk: int
+    bos: int
+    eos: int
+
+
+class Limits(Strict):
+    max_source_tokens: int = Field(gt=0)  # including the source end-of-sentence token
+    max_target_tokens: int = Field(gt=0)  # including the target end-of-sentence token
+
+
+class Tokenizers(Strict):
+    source: str
+    target: str
+
+
+class FileEntry(Strict):
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+
+
+class Parity(Strict):
+    """Export-time checks of the ONNX graphs against PyTorch."""
+
+    max_abs_diff: dict[str, float]  # per graph output, e.g. "decoder.log_probs"
+    tolerances: dict[str, float]
+    sentences: int  # decoded greedily by both
+    token_ids_identical: float  # share of sentences with identical greedy ids
+    strings_identical: float  # share with identical detokenized strings
+    passed: bool
+
+
+class Quantization(Strict):
+    mode: Literal["none", "int8"]
+    method: str | None = None
+    token_agreement: float | None = None  # share of dev sentences with ids identical to fp32
+    bleu_fp32: float | None = None
+    bleu_int8: float | None = None
+    bleu_delta: float | None = None
+    speedup: float | None = None  # fp32 time / int8 time, same sentences, same run
+    size_fp32: int | None = None
+    size_int8: int | None = None
+
+
+class Score(Strict):
+    split: str
+    sentences: int
+    sha256: str  # of the sources and references scored
+    beam: int
+    bleu: float
+    chrf: float
+    bleu_tokenize: str
+
+
+class Provenance(Strict):
+    checkpoint_sha256: str
+    corpus_sha256: str | None
+    git_commit: str | None
+    created_at: str
+    versions: dict[str, str]
+    trained_epochs: int | None = None
+    train_seconds: float | None = None
+
+
+class AttentionView(Strict):
+    """The default attention view a client gets: a layer, and the head mean or one head."""
+
+    layer: int = -1
+    heads: Literal["mean"] | int = "mean"
+    name_alignment_accuracy: float | None = None
+
+
+class Manifest(Strict):
+    schema_version: Literal[1]
+    name: str
+    source_lang: Literal["en", "zh"]
+    target_lang: Literal["en", "zh"]
+    architecture: Architecture
+    graphs: Graphs
+    state: list[StateSpec]
+    special_ids: SpecialIds
+    limits: Limits
+    tokenizers: Tokenizers
+    quantization: Quantization
+    parity: Parity
+    quality: list[Score] = []
+    attention_view: AttentionView = AttentionView()
+    provenance: Provenance
+    files: dict[str, FileEntry]
