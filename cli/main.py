@@ -8,7 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="attention-mt: attention seq2seq translation that shows its attention.", no_args_is_help=True)
+app = typer.Typer(
+    help="attention-mt: attention seq2seq translation that shows its attention.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 
 
 def _fail(message: str) -> None:
@@ -111,6 +115,62 @@ def export(
         f"{m.parity.sentences} sentences"
     )
     typer.echo(m.model_dump_json(indent=2, include={"parity", "quantization", "quality"}))
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="interface to bind (MT_HOST; default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (MT_PORT; default 8000)")] = None,
+    bundles: Annotated[Path | None, typer.Option(help="bundle directory (MT_BUNDLES; default: ./bundles)")] = None,
+    graceful_timeout: Annotated[int, typer.Option(help="seconds to finish in-flight requests on SIGTERM")] = 20,
+) -> None:
+    """Serve the HTTP API (settings from MT_* environment variables; options override them)."""
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.settings import Settings
+
+    given: dict[str, Any] = {"host": host, "port": port, "bundles": bundles}
+    settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        timeout_graceful_shutdown=graceful_timeout,
+        server_header=False,
+        log_level="info",
+    )
+
+
+@app.command()
+def translate(
+    text: Annotated[str | None, typer.Argument(help="text to translate (default: every line of stdin)")] = None,
+    model: Annotated[str | None, typer.Option(help="bundle name")] = None,
+    source: Annotated[str | None, typer.Option(help="source language, with --target")] = None,
+    target: Annotated[str | None, typer.Option(help="target language, with --source")] = None,
+    beam: Annotated[int, typer.Option(help="beam size (1 = greedy)")] = 4,
+    attention: Annotated[bool, typer.Option("--attention", help="show each target token's top source tokens")] = False,
+    json_lines: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+    bundles: Annotated[Path | None, typer.Option(help="bundle directory (default: ./bundles)")] = None,
+    batch_size: Annotated[int, typer.Option(help="lines translated together")] = 32,
+) -> None:
+    """Translate TEXT, or every line of stdin in batches, without a server; output in input order."""
+    import sys
+
+    from cli.translate_cmd import run_translate
+    from service.engine.errors import EngineError
+    from service.settings import Settings
+
+    if model is None and (source is None or target is None):
+        _fail("give --model, or both --source and --target")
+    lines = [text] if text is not None else sys.stdin.read().splitlines()
+    given: dict[str, Any] = {"bundles": bundles} if bundles else {}
+    settings = Settings(**given, default_beam_size=max(beam, 1))
+    try:
+        for line in run_translate(settings, lines, model, source, target, beam, attention, json_lines, batch_size):
+            typer.echo(line)
+    except EngineError as exc:
+        _fail(exc.message)
 
 
 if __name__ == "__main__":

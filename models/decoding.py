@@ -14,8 +14,16 @@ from torch import Tensor
 
 from models.batching import pad
 from models.seq2seq import Seq2SeqModel
-from service.engine.search import FloatArray, Hypothesis, IntArray, beam_search, greedy_search, max_output_length
-from service.engine.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from service.engine.search import (
+    FloatArray,
+    Hypothesis,
+    IntArray,
+    beam_search,
+    greedy_search,
+    max_output_length,
+    suppress,
+)
+from service.engine.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
 @dataclass
@@ -43,7 +51,8 @@ class TorchStepModel:
         prev = torch.from_numpy(tokens).to(self.device)
         out = self.model.decode_step(prev, state.statics, state.src_pad_mask, state.state)
         new_state = TorchState(state.statics, state.src_pad_mask, out.state)
-        return out.log_probs.float().cpu().numpy(), out.cross_attention.float().cpu().numpy(), new_state
+        log_probs = suppress(out.log_probs.float().cpu().numpy(), (PAD_ID, BOS_ID))
+        return log_probs, out.cross_attention.float().cpu().numpy(), new_state
 
     def reorder(self, state: TorchState, rows: IntArray) -> TorchState:
         return state.select(torch.from_numpy(rows).to(self.device))

@@ -49,3 +49,14 @@ def trained_tiny_run(tmp_path_factory: pytest.TempPathFactory, synthetic_corpus:
     result = cli("train", TINY_CONFIG, "--out", run, "--corpus", synthetic_corpus, "--epochs", "12")
     assert result.returncode == 0, result.stderr
     return run
+
+
+@pytest.fixture(scope="session")
+def bundle_dir(tmp_path_factory: pytest.TempPathFactory, trained_tiny_run: Path) -> Path:
+    """A bundle directory like the repo's: `en-zh` (fp32, the pair's default) and `en-zh-int8`."""
+    from export.pipeline import ExportOptions, export_run
+
+    root = tmp_path_factory.mktemp("bundles")
+    export_run(trained_tiny_run, root / "en-zh", ExportOptions(quality_beams=(1,)))
+    export_run(trained_tiny_run, root / "en-zh-int8", ExportOptions(quantize="int8", quality_split=None))
+    return root

@@ -14,9 +14,9 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from service.engine.errors import EngineError
-from service.engine.manifest import SCHEMA_VERSION, GraphSpec, Manifest
+from service.engine.manifest import MANIFEST_FILE, SCHEMA_VERSION, GraphSpec, Manifest
 
-MANIFEST = "manifest.json"
+MANIFEST = MANIFEST_FILE
 
 
 class BundleInvalid(EngineError):

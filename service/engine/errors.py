@@ -25,3 +25,41 @@ class TokenizerError(EngineError):
     """A tokenizer model that cannot be loaded or does not have the special ids the project needs."""
 
     code = "tokenizer_error"
+
+
+class InputTooLong(EngineError):
+    """A text over the character or token limit; nothing is silently truncated."""
+
+    code = "input_too_long"
+
+
+class InvalidRequest(EngineError):
+    """A request whose values do not fit together (e.g. n_best above beam_size)."""
+
+    code = "invalid_request"
+
+
+class UnsupportedPair(EngineError):
+    """No loaded model translates the requested language pair."""
+
+    code = "unsupported_language_pair"
+
+
+class UnknownModel(EngineError):
+    code = "unknown_model"
+
+
+class Overloaded(EngineError):
+    """The queue is full; the client should retry after `retry_after` seconds."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderUnavailable(EngineError):
+    """The configured execution provider cannot run the model (e.g. CUDA asked for, CPU given)."""
+
+    code = "provider_unavailable"

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
+MANIFEST_FILE = "manifest.json"
 Dim = int | str  # a fixed size, or a symbolic name: batch, src_len, past_len, present_len
 DType = Literal["int64", "float32", "bool"]
 

@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
 from service.engine.manifest import StateSpec, TensorSpec
-from service.engine.search import FloatArray, IntArray
+from service.engine.search import FloatArray, IntArray, suppress
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
@@ -111,7 +111,8 @@ class OnnxSeq2Seq:
 
     def step(self, tokens: IntArray, state: OnnxState) -> tuple[FloatArray, FloatArray, OnnxState]:
         outputs, new_state = self.run_step(tokens, state)
-        return outputs["log_probs"], outputs["cross_attention"], new_state
+        special = self.bundle.manifest.special_ids
+        return suppress(outputs["log_probs"], (special.pad, special.bos)), outputs["cross_attention"], new_state
 
     def reorder(self, state: OnnxState, rows: IntArray) -> OnnxState:
         return OnnxState(

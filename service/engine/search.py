@@ -48,6 +48,12 @@ class Hypothesis:
         return float(sum(self.token_log_probs))
 
 
+def suppress(log_probs: FloatArray, token_ids: tuple[int, ...]) -> FloatArray:
+    """Forbid tokens a model must never generate (padding, BOS): their log-prob becomes -inf."""
+    log_probs[:, list(token_ids)] = -np.inf
+    return log_probs
+
+
 def max_output_length(src_len: int, limit: int) -> int:
     """A generous cap for a target: twice the source plus slack, never past the model's limit."""
     return min(limit, 2 * src_len + 10)

@@ -1,0 +1,1 @@
+"""The HTTP edge: schemas, routes, error mapping, metrics and the app factory."""

@@ -1,0 +1,99 @@
+"""One error body for everything the service refuses: {"error": {code, message, field, limit}}.
+
+Domain errors from the engine are mapped to HTTP status codes here, and only here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.engine.bundle import BundleInvalid
+from service.engine.errors import (
+    EngineError,
+    InputTooLong,
+    InvalidRequest,
+    InvalidText,
+    Overloaded,
+    UnknownModel,
+    UnsupportedPair,
+)
+
+STATUS = {
+    InputTooLong: 422,
+    InvalidText: 422,
+    InvalidRequest: 422,
+    UnsupportedPair: 422,
+    UnknownModel: 422,
+    Overloaded: 503,
+}
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 503: "not_ready"}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    limit: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message, "field": field, "limit": limit}
+    return JSONResponse({"error": body}, status_code=status, headers=headers or None)
+
+
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict"}
+
+
+def _is_union_tag(part: Any) -> bool:
+    """Pydantic names the branch of a union in the location (`q.str`, `q.list[str]`); drop it."""
+    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part or part.startswith("function-"))
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [p for p in loc if p != "body" and not _is_union_tag(p)]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "body"
+
+
+async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        return error_response(400, "invalid_json", f"the body is not valid JSON: {first.get('msg')}", "body")
+    field = _field(tuple(first["loc"]))
+    # a union (`q`: string or list) reports one error per branch: say them together
+    same_field = list(dict.fromkeys(e["msg"] for e in errors if _field(tuple(e["loc"])) == field))
+    message = f"{field}: " + "; or ".join(same_field)
+    others = len({_field(tuple(e["loc"])) for e in errors}) - 1
+    if others:
+        message += f" (and {others} more field(s))"
+    return error_response(422, "invalid_request", message, field)
+
+
+async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, EngineError)
+    status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Overloaded) else {}
+    if isinstance(exc, Overloaded):
+        request.app.state.metrics.rejections.labels(reason="queue_full").inc()
+    return error_response(status, exc.code, exc.message, exc.field, exc.limit, headers)
+
+
+async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = HTTP_CODES.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(EngineError, on_engine_error)
+    app.add_exception_handler(BundleInvalid, on_engine_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)

@@ -1,0 +1,136 @@
+"""The routes. Each handler is thin: parse, call the service, answer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.api.errors import error_response
+from service.api.schemas import ErrorBody, IntrospectBody, IntrospectResponse, TranslateBody, TranslateResponse
+from service.engine.catalog import Catalog
+from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
+from service.engine.service import TranslationService
+
+router = APIRouter()
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
+
+
+def _service(request: Request) -> TranslationService:
+    service: TranslationService = request.app.state.service
+    return service
+
+
+def _count_tokens(request: Request, result: dict[str, Any]) -> None:
+    tokens = request.app.state.metrics.tokens
+    for t in result["translations"]:
+        tokens.labels("in").inc(len(t["source_tokens"]))
+        tokens.labels("out").inc(len(t["target_tokens"]))
+
+
+@router.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS, tags=["translate"])
+async def translate(body: TranslateBody, request: Request) -> JSONResponse:
+    """Translate one text or a batch, with the attention of every output token."""
+    started = time.perf_counter()
+    a = body.attention
+    job = TranslateRequest(
+        texts=[body.q] if isinstance(body.q, str) else body.q,
+        single=isinstance(body.q, str),
+        model=body.model,
+        source=body.source,
+        target=body.target,
+        beam_size=body.beam_size,
+        n_best=body.n_best,
+        max_output_tokens=body.max_output_tokens,
+        attention=AttentionOptions(a.granularity, a.format, a.top_k, a.layer, a.heads),
+    )
+    result = await _service(request).translate(job)
+    request.app.state.metrics.inference.labels("request").observe(time.perf_counter() - started)
+    _count_tokens(request, result)
+    return JSONResponse(result)
+
+
+@router.post("/v1/attention", response_model=IntrospectResponse, responses=ERRORS, tags=["introspect"])
+async def attention(body: IntrospectBody, request: Request) -> JSONResponse:
+    """Every layer and head of one translation; score your own translation with forced_target."""
+    job = IntrospectRequest(
+        text=body.text,
+        forced_target=body.forced_target,
+        model=body.model,
+        source=body.source,
+        target=body.target,
+        layers=body.layers,
+        heads=body.heads,
+        self_attention=body.self_attention,
+    )
+    return JSONResponse(await _service(request).introspect(job))
+
+
+def describe(name: str, catalog: Catalog) -> dict[str, Any]:
+    m = catalog.models[name].manifest
+    return {
+        "name": m.name,
+        "source": m.source_lang,
+        "target": m.target_lang,
+        "family": m.architecture.family,
+        "attention": m.architecture.attention,
+        "layers": m.architecture.layers,
+        "heads": m.architecture.heads,
+        "parameters": m.architecture.parameters,
+        "quantization": m.quantization.model_dump(),
+        "provider": catalog.provider,
+        "limits": m.limits.model_dump(),
+        "parity": m.parity.model_dump(),
+        "quality": [q.model_dump() for q in m.quality],
+        "attention_view": m.attention_view.model_dump(),
+        "default_for": [f"{s}-{t}" for (s, t), n in catalog.defaults.items() if n == name],
+    }
+
+
+@router.get("/v1/models", tags=["models"])
+async def models(request: Request) -> dict[str, Any]:
+    """The loaded models, and the default model of each language pair."""
+    catalog: Catalog = _service(request).catalog
+    return {
+        "models": [describe(name, catalog) for name in sorted(catalog.models)],
+        "defaults": {f"{s}-{t}": name for (s, t), name in sorted(catalog.defaults.items())},
+    }
+
+
+@router.get("/v1/models/{name}", tags=["models"], responses={404: {"model": ErrorBody}})
+async def model(name: str, request: Request) -> Any:
+    """One model's languages, architecture, quantization, parity and quality figures."""
+    catalog: Catalog = _service(request).catalog
+    if name not in catalog.models:
+        return error_response(
+            404, "unknown_model", f"no model named {name!r}; loaded: {', '.join(sorted(catalog.models))}", "name"
+        )
+    return describe(name, catalog)
+
+
+@router.get("/livez", tags=["health"])
+async def livez() -> dict[str, str]:
+    """Answers whenever the process is up; never depends on the models."""
+    return {"status": "alive"}
+
+
+@router.get("/readyz", tags=["health"], responses={503: {"model": ErrorBody}})
+async def readyz(request: Request) -> Any:
+    """200 once every bundle is loaded and warmed up, and while not draining."""
+    state = request.app.state
+    if state.draining:
+        return error_response(503, "draining", "the service is shutting down", headers={"Retry-After": "1"})
+    if not state.ready:
+        return error_response(503, "not_ready", "models are loading or warming up", headers={"Retry-After": "1"})
+    return {"status": "ready"}
+
+
+@router.get("/metrics", tags=["health"])
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics."""
+    m = request.app.state.metrics
+    m.queue_depth.set(_service(request).batcher.depth)
+    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,155 @@
+"""Request and response bodies. Requests are strict: unknown fields are rejected and no string
+is coerced into a number or a boolean."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AttentionParams(Strict):
+    granularity: Literal["subword", "word"] = "subword"
+    format: Literal["dense", "topk", "none"] = "dense"
+    top_k: int = Field(3, ge=1, le=64)
+    layer: int | None = Field(None, description="decoder layer (negative counts from the end); default: the model's")
+    heads: Literal["mean"] | int | None = Field(None, description='"mean" or a head index; default: the model\'s')
+
+
+class TranslateBody(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {"q": "Tom chases Jerry.", "source": "en", "target": "zh"},
+                {
+                    "q": ["Tom chases Jerry.", "I am full."],
+                    "source": "en",
+                    "target": "zh",
+                    "beam_size": 4,
+                    "n_best": 2,
+                    "attention": {"granularity": "word", "format": "topk", "top_k": 3},
+                },
+            ]
+        },
+    )
+    q: str | list[str] = Field(description="one text, or a list of texts (1..max_texts)")
+    source: str | None = Field(None, description="source language (en or zh); or give model")
+    target: str | None = Field(None, description="target language")
+    model: str | None = Field(None, description="a bundle name from /v1/models, instead of source/target")
+    beam_size: int | None = Field(None, description="1 = greedy; default and maximum are settings")
+    n_best: int = Field(1, description="hypotheses per text, at most beam_size")
+    max_output_tokens: int | None = Field(None, description="cap on generated tokens, at most the model's limit")
+    attention: AttentionParams = AttentionParams()
+
+
+class IntrospectBody(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {"text": "Tom chases Jerry.", "source": "en", "target": "zh"},
+                {
+                    "text": "Tom chases Jerry.",
+                    "forced_target": "汤姆追杰瑞。",
+                    "model": "en-zh",
+                    "layers": [0],
+                    "heads": [0, 1],
+                },
+            ]
+        },
+    )
+    text: str
+    forced_target: str | None = Field(None, description="a translation to score instead of decoding one")
+    source: str | None = None
+    target: str | None = None
+    model: str | None = None
+    layers: list[int] | None = Field(None, description="decoder layers to return (default: all)")
+    heads: list[int] | None = Field(None, description="heads to return (default: all)")
+    self_attention: bool = Field(True, description="also return encoder and decoder self-attention (Transformer)")
+
+
+class TokenOut(BaseModel):
+    text: str
+    start: int
+    end: int
+    logprob: float | None = None
+    special: bool | None = None
+
+
+class Signals(BaseModel):
+    coverage: list[float]
+    entropy: list[float]
+    unattended_source: list[int]
+    unattended_threshold: float
+    eos_mass: float
+    heuristic: bool
+
+
+class AttentionViewOut(BaseModel):
+    layer: int
+    heads: Literal["mean"] | int
+    granularity: str
+    format: str
+    rule: str
+
+
+class TopKEntry(BaseModel):
+    index: int
+    weight: float
+
+
+class HypothesisOut(BaseModel):
+    text: str
+    score: float
+    finished: bool
+    source_tokens: list[TokenOut]
+    target_tokens: list[TokenOut]
+    attention: list[list[float]] | list[list[TopKEntry]] | None = Field(
+        description="rows = target tokens, columns = source tokens; each dense row sums to 1"
+    )
+    attention_view: AttentionViewOut
+    signals: Signals
+
+
+class TranslationOut(HypothesisOut):
+    alternatives: list[HypothesisOut]
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    translations: list[TranslationOut]
+
+
+class IntrospectResponse(BaseModel):
+    model: str
+    forced: bool
+    text: str
+    score: float
+    source_tokens: list[TokenOut]
+    target_tokens: list[TokenOut]
+    attention_view: AttentionViewOut
+    signals: Signals
+    layers: list[int]
+    heads: list[int]
+    cross_attention: list[list[list[list[float]]]] = Field(description="[layer][head][target][source]")
+    encoder_self_attention: list[list[list[list[float]]]] | None = Field(description="[layer][head][source][source]")
+    decoder_self_attention: list[list[list[list[float]]]] | None = Field(description="[layer][head][target][target]")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+    limit: int | None = None
+    request_id: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

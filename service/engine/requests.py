@@ -1,0 +1,39 @@
+"""Engine-level requests: what a client asked for, after the HTTP edge parsed it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    granularity: str = "subword"  # subword | word
+    format: str = "dense"  # dense | topk | none
+    top_k: int = 3
+    layer: int | None = None  # None: the bundle's default view
+    heads: str | int | None = None  # "mean" | head index | None: the bundle's default view
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    texts: list[str]
+    model: str | None = None
+    source: str | None = None
+    target: str | None = None
+    beam_size: int | None = None  # None: the service's default
+    n_best: int = 1
+    max_output_tokens: int | None = None
+    attention: AttentionOptions = field(default_factory=AttentionOptions)
+    single: bool = False  # `q` was one string, not a list: errors name `q`, not `q[0]`
+
+
+@dataclass(frozen=True)
+class IntrospectRequest:
+    text: str
+    forced_target: str | None = None
+    model: str | None = None
+    source: str | None = None
+    target: str | None = None
+    layers: list[int] | None = None  # None: every layer
+    heads: list[int] | None = None  # None: every head
+    self_attention: bool = True

@@ -1,0 +1,278 @@
+"""The translation service's core: validate, tokenize, batch, decode, and shape the results.
+
+It raises domain errors (InputTooLong, UnsupportedPair, ...) and knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from service.engine.attention_view import WORD_RULE, Token, merge_matrix, merge_tokens, select_heads, top_k, word_groups
+from service.engine.batcher import Batcher, BatcherConfig
+from service.engine.catalog import Catalog
+from service.engine.errors import InputTooLong, InvalidRequest
+from service.engine.introspection import force, greedy_target
+from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
+from service.engine.search import Hypothesis
+from service.engine.signals import signals
+from service.engine.text import check_text
+from service.engine.tokenizer import Encoding
+from service.engine.translator import SearchOptions, Translator
+from service.settings import Settings
+
+
+class TranslationService:
+    def __init__(self, catalog: Catalog, settings: Settings, on_batch: Any = None) -> None:
+        self.catalog, self.settings = catalog, settings
+        config = BatcherConfig(
+            batching=settings.batching,
+            max_batch=settings.max_batch_size,
+            max_delay_s=settings.max_queue_delay_ms / 1000,
+            max_queue=settings.max_queue,
+            retry_after_s=settings.retry_after_s,
+        )
+        self.batcher: Batcher[list[Hypothesis]] = Batcher(self._run_batch, config, on_batch or (lambda n: None))
+
+    # 0) which model
+    def resolve(self, model: str | None, source: str | None, target: str | None) -> Translator:
+        if model is not None:
+            return self.catalog.get(model)
+        if source is None or target is None:
+            raise InvalidRequest("give either model, or both source and target", field="model")
+        return self.catalog.for_pair(source, target)
+
+    # 1) validate and tokenize
+    def encode(
+        self, translator: Translator, texts: list[str], field: str = "q", single: bool = False
+    ) -> list[Encoding]:
+        """Check and tokenize texts; errors name the field (`q` for a single text, else `q[i]`)."""
+        s = self.settings
+        if not 1 <= len(texts) <= s.max_texts:
+            raise InputTooLong(
+                f"{field} has {len(texts)} texts; the limit is {s.max_texts}", field=field, limit=s.max_texts
+            )
+        limit = translator.manifest.limits.max_source_tokens
+        encodings = []
+        for i, text in enumerate(texts):
+            name = field if single else f"{field}[{i}]"
+            check_text(text, name)
+            if len(text) > s.max_chars:
+                raise InputTooLong(
+                    f"{name} has {len(text)} characters; the limit is {s.max_chars}", field=name, limit=s.max_chars
+                )
+            enc = translator.src_tokenizer.encode(text)
+            if len(enc.ids) + 1 > limit:  # + the end-of-sentence token the model reads
+                raise InputTooLong(
+                    f"{name} has {len(enc.ids) + 1} tokens; the limit is {limit}", field=name, limit=limit
+                )
+            encodings.append(enc)
+        return encodings
+
+    def search_options(self, translator: Translator, request: TranslateRequest) -> SearchOptions:
+        s = self.settings
+        beam = s.default_beam_size if request.beam_size is None else request.beam_size
+        if not 1 <= beam <= s.max_beam_size:
+            raise InvalidRequest(
+                f"beam_size is {beam}; it must be 1..{s.max_beam_size}", field="beam_size", limit=s.max_beam_size
+            )
+        if not 1 <= request.n_best <= beam:
+            raise InvalidRequest(
+                f"n_best is {request.n_best}; it must be 1..beam_size ({beam})", field="n_best", limit=beam
+            )
+        limit = translator.manifest.limits.max_target_tokens
+        out = request.max_output_tokens
+        if out is not None and not 1 <= out <= limit:
+            raise InvalidRequest(
+                f"max_output_tokens is {out}; it must be 1..{limit}", field="max_output_tokens", limit=limit
+            )
+        return SearchOptions(beam_size=beam, n_best=request.n_best, alpha=s.length_penalty, max_output_tokens=out)
+
+    # 2) decode, batched with other requests
+    async def translate(self, request: TranslateRequest) -> dict[str, Any]:
+        translator = self.resolve(request.model, request.source, request.target)
+        encodings = self.encode(translator, request.texts, single=request.single)
+        options = self.search_options(translator, request)
+        view = self.attention_view(translator, request.attention)
+        eos = translator.manifest.special_ids.eos
+        key = (translator.manifest.name, options)
+        results = await self.batcher.submit(key, [[*e.ids, eos] for e in encodings])
+        translations = [self.shape(translator, enc, hyps, view) for enc, hyps in zip(encodings, results, strict=True)]
+        return {"model": translator.manifest.name, "translations": translations}
+
+    def _run_batch(self, key: Hashable, src_ids: list[list[int]]) -> list[list[Hypothesis]]:
+        name, options = cast(tuple[str, SearchOptions], key)
+        return self.catalog.get(name).search_ids(src_ids, options)
+
+    async def run_exclusive(self, fn: Any, *args: Any) -> Any:
+        """Run other inference (introspection) on the inference thread, between batches."""
+        return await asyncio.get_running_loop().run_in_executor(self.batcher._executor, fn, *args)
+
+    # introspection: every layer and head of one translation, forced or decoded
+    async def introspect(self, request: IntrospectRequest) -> dict[str, Any]:
+        translator = self.resolve(request.model, request.source, request.target)
+        [source] = self.encode(translator, [request.text], field="text", single=True)
+        eos = translator.manifest.special_ids.eos
+        forced = None if request.forced_target is None else self.encode_target(translator, request.forced_target)
+        arch = translator.manifest.architecture
+        layers = self._indices(request.layers, arch.layers, "layers")
+        heads = self._indices(request.heads, arch.heads, "heads")
+        src_ids = [*source.ids, eos]
+        tgt_ids = forced if forced is not None else await self.run_exclusive(greedy_target, translator, src_ids)
+        cells = len(layers) * len(heads) * len(tgt_ids) * len(src_ids) * (3 if request.self_attention else 1)
+        if cells > self.settings.max_attention_cells:
+            raise InvalidRequest(
+                f"this answer would hold {cells} attention weights; the limit is {self.settings.max_attention_cells}. "
+                "Narrow it with layers, heads or self_attention=false",
+                field="layers",
+                limit=self.settings.max_attention_cells,
+            )
+        out = await self.run_exclusive(force, translator, src_ids, tgt_ids)
+        hyp = Hypothesis(tgt_ids, out["log_probs"].tolist(), out["cross"], float(out["log_probs"].sum()), True)
+        view = self.attention_view(translator, AttentionOptions())
+        shaped = self.shape_hypothesis(translator, source, hyp, view)
+        pick = np.ix_(layers, heads)
+        cross = out["cross"].transpose(1, 2, 0, 3)[pick]  # (L', N', T, S)
+        result = {
+            "model": translator.manifest.name,
+            "forced": forced is not None,
+            **{k: shaped[k] for k in ("text", "score", "source_tokens", "target_tokens", "attention_view", "signals")},
+            "layers": layers,
+            "heads": heads,
+            "cross_attention": _nested(cross),
+            "encoder_self_attention": None,
+            "decoder_self_attention": None,
+        }
+        if request.self_attention and "encoder_self" in out:
+            result["encoder_self_attention"] = _nested(out["encoder_self"][pick])  # (L', N', S, S)
+        if request.self_attention and "self" in out:
+            result["decoder_self_attention"] = _nested(out["self"].transpose(1, 2, 0, 3)[pick])  # (L', N', T, T)
+        return result
+
+    def encode_target(self, translator: Translator, text: str) -> list[int]:
+        check_text(text, "forced_target")
+        if len(text) > self.settings.max_chars:
+            raise InputTooLong(
+                f"forced_target has {len(text)} characters; the limit is {self.settings.max_chars}",
+                field="forced_target",
+                limit=self.settings.max_chars,
+            )
+        ids = translator.tgt_tokenizer.encode(text).ids
+        limit = translator.manifest.limits.max_target_tokens
+        if len(ids) + 1 > limit:
+            raise InputTooLong(
+                f"forced_target has {len(ids) + 1} tokens; the limit is {limit}", field="forced_target", limit=limit
+            )
+        return [*ids, translator.manifest.special_ids.eos]
+
+    @staticmethod
+    def _indices(requested: list[int] | None, count: int, field: str) -> list[int]:
+        if requested is None:
+            return list(range(count))
+        if not requested or any(not 0 <= i < count for i in requested):
+            raise InvalidRequest(f"{field} must list indices in 0..{count - 1}, got {requested}", field=field)
+        return list(dict.fromkeys(requested))
+
+    # 3) shape the answer
+    def attention_view(self, translator: Translator, options: AttentionOptions) -> AttentionOptions:
+        """Fill the bundle's default view and check the layer and head exist."""
+        arch, default = translator.manifest.architecture, translator.manifest.attention_view
+        layer = default.layer if options.layer is None else options.layer
+        heads = default.heads if options.heads is None else options.heads
+        if not -arch.layers <= layer < arch.layers:
+            raise InvalidRequest(
+                f"attention.layer is {layer}; this model has {arch.layers} layer(s)", field="attention.layer"
+            )
+        if heads != "mean" and not (isinstance(heads, int) and 0 <= heads < arch.heads):
+            raise InvalidRequest(
+                f'attention.heads is {heads!r}; use "mean" or 0..{arch.heads - 1}', field="attention.heads"
+            )
+        if not options.top_k >= 1:
+            raise InvalidRequest("attention.top_k must be at least 1", field="attention.top_k")
+        return AttentionOptions(options.granularity, options.format, options.top_k, layer, heads)
+
+    def shape(
+        self, translator: Translator, source: Encoding, hyps: list[Hypothesis], view: AttentionOptions
+    ) -> dict[str, Any]:
+        best, *alternatives = [self.shape_hypothesis(translator, source, h, view) for h in hyps]
+        best["alternatives"] = alternatives
+        return best
+
+    def shape_hypothesis(
+        self, translator: Translator, source: Encoding, hyp: Hypothesis, view: AttentionOptions
+    ) -> dict[str, Any]:
+        src_tokens, src_pieces = source_tokens(source)
+        tgt_tokens, tgt_pieces, text = target_tokens(translator, hyp)
+        assert view.layer is not None and view.heads is not None
+        matrix = select_heads(hyp.attention[:, :, :, : len(src_tokens)], view.layer, view.heads)  # (T, S)
+        if view.granularity == "word":
+            src_groups = word_groups(src_tokens, src_pieces, translator.manifest.source_lang)
+            tgt_groups = word_groups(tgt_tokens, tgt_pieces, translator.manifest.target_lang)
+            matrix = merge_matrix(matrix, src_groups, tgt_groups)
+            src_tokens = merge_tokens(src_tokens, src_groups, source.text)
+            tgt_tokens = merge_tokens(tgt_tokens, tgt_groups, text)
+        attention: Any = None
+        if view.format == "dense":
+            attention = [[round(float(x), 6) for x in row] for row in matrix]
+        elif view.format == "topk":
+            attention = top_k(matrix, view.top_k)
+        return {
+            "text": text,
+            "score": round(float(hyp.score), 6),
+            "finished": hyp.finished,
+            "source_tokens": [token_dict(t) for t in src_tokens],
+            "target_tokens": [token_dict(t) for t in tgt_tokens],
+            "attention": attention,
+            "attention_view": {
+                "layer": view.layer,
+                "heads": view.heads,
+                "granularity": view.granularity,
+                "format": view.format,
+                "rule": WORD_RULE if view.granularity == "word" else "subword pieces as the model sees them",
+            },
+            "signals": signals(matrix, src_tokens, self.settings.unattended_threshold),
+        }
+
+
+def _nested(array: npt.NDArray[Any]) -> list[Any]:
+    return np.round(array.astype(np.float64), 6).tolist()  # type: ignore[no-any-return]
+
+
+def token_dict(token: Token) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": token.text, "start": token.start, "end": token.end}
+    if token.logprob is not None:
+        out["logprob"] = round(token.logprob, 6)
+    if token.special:
+        out["special"] = True
+    return out
+
+
+def source_tokens(source: Encoding) -> tuple[list[Token], list[str]]:
+    """The pieces the encoder read, and its end-of-sentence token (flagged special)."""
+    end = len(source.text)
+    tokens = [
+        Token(source.text[s:e] if e > s else p, s, e) for p, (s, e) in zip(source.pieces, source.offsets, strict=True)
+    ]
+    return [*tokens, Token("</s>", end, end, special=True)], [*source.pieces, "</s>"]
+
+
+def target_tokens(translator: Translator, hyp: Hypothesis) -> tuple[list[Token], list[str], str]:
+    """Generated pieces with their offsets in the output text and log-probs; EOS flagged special."""
+    eos = translator.manifest.special_ids.eos
+    body = hyp.tokens[:-1] if hyp.finished else hyp.tokens
+    decoded = translator.tgt_tokenizer.decode(body)
+    text = decoded.text
+    tokens = [
+        Token(text[s:e] if e > s else p.replace("\u2581", " "), s, e, logprob=float(lp))
+        for p, (s, e), lp in zip(decoded.pieces, decoded.offsets, hyp.token_log_probs[: len(body)], strict=True)
+    ]
+    pieces = list(decoded.pieces)
+    if hyp.finished:
+        assert hyp.tokens[-1] == eos
+        tokens.append(Token("</s>", len(text), len(text), special=True, logprob=float(hyp.token_log_probs[-1])))
+        pieces.append("</s>")
+    return tokens, pieces, text

@@ -1,0 +1,48 @@
+"""The service's settings: one frozen object, read from MT_* environment variables at startup and
+passed down explicitly (never imported as a global)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MT_", frozen=True, extra="forbid")
+
+    # models and runtime
+    bundles: Path = Field(DEFAULT_BUNDLES, description="directory holding one bundle per subdirectory")
+    provider: Literal["cpu", "cuda", "auto"] = "cpu"
+    intra_op_threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0: one per core)")
+    inter_op_threads: int = Field(0, ge=0)
+    enable_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+
+    # dynamic batching
+    batching: bool = True
+    max_batch_size: int = Field(32, ge=1, description="texts decoded together at most")
+    max_queue_delay_ms: float = Field(5.0, ge=0, description="how long the first text waits for company")
+    max_queue: int = Field(256, ge=1, description="texts waiting at most; more get 503 + Retry-After")
+    retry_after_s: int = Field(1, ge=1)
+
+    # request limits
+    max_texts: int = Field(32, ge=1, description="texts per request")
+    max_chars: int = Field(1000, ge=1, description="characters per text")
+    max_body_bytes: int = Field(256 * 1024, ge=1024)
+    max_beam_size: int = Field(8, ge=1)
+    default_beam_size: int = Field(4, ge=1)
+    length_penalty: float = Field(0.6, ge=0)
+    max_attention_cells: int = Field(200_000, ge=1, description="floats of attention in one response at most")
+
+    # signals
+    unattended_threshold: float = Field(0.2, ge=0, description="coverage under which a source word is flagged")
+
+    # serving
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    warmup_text: str = "Hello."
