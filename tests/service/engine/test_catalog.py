@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+
+from service.engine.bundle import BundleInvalid
+from service.engine.catalog import Catalog, resolve_provider
+from service.engine.errors import ProviderUnavailable, UnknownModel, UnsupportedPair
+from service.engine.onnx_model import SessionConfig
+
+
+def test_loads_every_bundle_with_a_default_per_pair(bundle_dir: Path) -> None:
+    catalog = Catalog.load(bundle_dir, SessionConfig())
+    assert sorted(catalog.models) == ["en-zh", "en-zh-int8"]
+    assert catalog.defaults == {("en", "zh"): "en-zh"}
+    assert catalog.for_pair("en", "zh").manifest.name == "en-zh"
+    with pytest.raises(UnsupportedPair, match="supported pairs: en-zh"):
+        catalog.for_pair("zh", "en")
+    with pytest.raises(UnknownModel, match="loaded: en-zh, en-zh-int8"):
+        catalog.get("fr-en")
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="a GPU is here")
+def test_cuda_asked_for_without_a_gpu_fails_loudly(bundle_dir: Path) -> None:
+    with pytest.raises(ProviderUnavailable, match="CUDA was asked for but the session runs on CPUExecutionProvider"):
+        Catalog.load(bundle_dir, SessionConfig(provider="cuda"))
+    assert resolve_provider("auto") == "cpu"
+
+
+def test_one_bad_bundle_stops_the_load(bundle_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(bundle_dir, tmp_path / "b")
+    (tmp_path / "b" / "en-zh-int8" / "decoder.onnx").write_bytes(b"junk")
+    with pytest.raises(BundleInvalid, match="decoder.onnx: size 4 bytes"):
+        Catalog.load(tmp_path / "b", SessionConfig())
+    with pytest.raises(BundleInvalid, match="no bundles"):
+        Catalog.load(tmp_path, SessionConfig())
