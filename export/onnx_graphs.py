@@ -91,8 +91,8 @@ def export_graphs(model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSE
     encoder_args, decoder_args = sample_inputs(model, io)
     paths = {}
     for graph, module, args in (
-        (io.encoder, EncoderGraph(model, io), encoder_args),
-        (io.decoder, DecoderGraph(model, io), decoder_args),
+        (io.encoder, EncoderGraph(model, io).eval(), encoder_args),
+        (io.decoder, DecoderGraph(model, io).eval(), decoder_args),
     ):
         path = out_dir / graph.file
         with warnings.catch_warnings(), torch.no_grad():
@@ -107,6 +107,7 @@ def export_graphs(model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSE
                 opset_version=opset,
                 dynamo=False,
             )
+        model.eval()  # the exporter restores the wrapper's mode onto the model afterwards; keep it in eval
         stamp_declared_shapes(path, graph)
         onnx.checker.check_model(str(path), full_check=True)
         paths[graph.file] = path

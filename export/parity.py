@@ -80,6 +80,7 @@ def _diff(a: np.ndarray, b: torch.Tensor) -> float:
 @torch.inference_mode()
 def tier1_outputs(model: Seq2Seq, io: FamilyIO, onnx_model: OnnxSeq2Seq, src_ids: list[list[int]]) -> dict[str, float]:
     """Max abs diff of every encoder and decoder output over a batch and a few greedy steps."""
+    model.eval()
     ids, mask = pad(src_ids)  # (B, S)
     diffs: dict[str, float] = {}
     enc_torch = EncoderGraph(model, io)(ids, mask)
@@ -133,6 +134,7 @@ def check_parity(
     model: Seq2Seq, io: FamilyIO, translator: Translator, src_ids: list[list[int]], tgt_tokenizer: Tokenizer
 ) -> ParityReport:
     """Run the three tiers on `src_ids` (each ending in EOS)."""
+    model.eval()  # dropout off: PyTorch must compute what the exported graphs compute
     report = ParityReport()
     report.max_abs_diff = tier1_outputs(model, io, translator.model, src_ids[:16])
     torch_ids = torch_greedy_ids(model, src_ids, translator.manifest.limits.max_target_tokens)
