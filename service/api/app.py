@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from service.api import errors
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, CountRequests
-from service.api.routes import router
+from service.api.routes import STATIC_DIR, router
 from service.engine.catalog import Catalog, resolve_provider
 from service.engine.onnx_model import SessionConfig
 from service.engine.requests import TranslateRequest
@@ -72,6 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.draining = False
     errors.install(app)
     app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(CountRequests, metrics=app.state.metrics)
     return app

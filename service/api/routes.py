@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api.errors import error_response
-from service.api.schemas import ErrorBody, IntrospectBody, IntrospectResponse, TranslateBody, TranslateResponse
+from service.api.schemas import (
+    ErrorBody,
+    IntrospectBody,
+    IntrospectResponse,
+    SvgBody,
+    TranslateBody,
+    TranslateResponse,
+)
+from service.api.svg import heatmap_svg
 from service.engine.catalog import Catalog
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
 from service.engine.service import TranslationService
 
 router = APIRouter()
+STATIC_DIR = Path(__file__).parent / "static"
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
 
 
@@ -65,8 +76,39 @@ async def attention(body: IntrospectBody, request: Request) -> JSONResponse:
         layers=body.layers,
         heads=body.heads,
         self_attention=body.self_attention,
+        granularity=body.granularity,
     )
     return JSONResponse(await _service(request).introspect(job))
+
+
+@router.post(
+    "/v1/attention/svg",
+    response_class=Response,
+    responses={200: {"content": {"image/svg+xml": {}}}, **ERRORS},
+    tags=["introspect"],
+)
+async def attention_svg(body: SvgBody, request: Request) -> Response:
+    """A self-contained SVG heatmap of one layer's cross-attention (one head or the mean)."""
+    service = _service(request)
+    translator = service.resolve(body.model, body.source, body.target)
+    layers = translator.manifest.architecture.layers
+    layer = body.layer + layers if body.layer < 0 else body.layer
+    job = IntrospectRequest(
+        text=body.text,
+        forced_target=body.forced_target,
+        model=translator.manifest.name,
+        layers=[layer],
+        heads=None if body.head == "mean" else [body.head],
+        self_attention=False,
+        granularity=body.granularity,
+    )
+    result = await service.introspect(job)
+    matrix = np.asarray(result["cross_attention"][0]).mean(axis=0).tolist()  # (T, S) over the chosen heads
+    head = "mean of heads" if body.head == "mean" else f"head {body.head}"
+    title = f"{result['model']}: {result['text']} (layer {layer}, {head})"
+    labels = [[t["text"] for t in result[k]] for k in ("source_tokens", "target_tokens")]
+    svg = heatmap_svg(labels[0], labels[1], matrix, title)
+    return Response(svg, media_type="image/svg+xml")
 
 
 def describe(name: str, catalog: Catalog) -> dict[str, Any]:
@@ -109,6 +151,12 @@ async def model(name: str, request: Request) -> Any:
             404, "unknown_model", f"no model named {name!r}; loaded: {', '.join(sorted(catalog.models))}", "name"
         )
     return describe(name, catalog)
+
+
+@router.get("/", include_in_schema=False)
+async def page() -> FileResponse:
+    """The web page: translate and see the attention."""
+    return FileResponse(STATIC_DIR / "index.html")
 
 
 @router.get("/livez", tags=["health"])

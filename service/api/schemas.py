@@ -72,7 +72,19 @@ class IntrospectBody(Strict):
     model: str | None = None
     layers: list[int] | None = Field(None, description="decoder layers to return (default: all)")
     heads: list[int] | None = Field(None, description="heads to return (default: all)")
-    self_attention: bool = Field(True, description="also return encoder and decoder self-attention (Transformer)")
+    self_attention: bool = Field(
+        True, description="also return encoder and decoder self-attention (Transformer, subword)"
+    )
+    granularity: Literal["subword", "word"] = Field(
+        "subword", description="word: merge cross-attention as /v1/translate"
+    )
+
+
+class SvgBody(IntrospectBody):
+    """The /v1/attention request, plus which layer and head to draw."""
+
+    layer: int = Field(-1, description="decoder layer to draw (negative counts from the end)")
+    head: Literal["mean"] | int = Field("mean", description='"mean" of the heads, or one head index')
 
 
 class TokenOut(BaseModel):

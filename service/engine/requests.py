@@ -36,4 +36,5 @@ class IntrospectRequest:
     target: str | None = None
     layers: list[int] | None = None  # None: every layer
     heads: list[int] | None = None  # None: every head
-    self_attention: bool = True
+    self_attention: bool = True  # subword granularity only
+    granularity: str = "subword"  # subword | word (cross-attention and tokens)

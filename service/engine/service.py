@@ -123,20 +123,17 @@ class TranslationService:
         heads = self._indices(request.heads, arch.heads, "heads")
         src_ids = [*source.ids, eos]
         tgt_ids = forced if forced is not None else await self.run_exclusive(greedy_target, translator, src_ids)
-        cells = len(layers) * len(heads) * len(tgt_ids) * len(src_ids) * (3 if request.self_attention else 1)
-        if cells > self.settings.max_attention_cells:
-            raise InvalidRequest(
-                f"this answer would hold {cells} attention weights; the limit is {self.settings.max_attention_cells}. "
-                "Narrow it with layers, heads or self_attention=false",
-                field="layers",
-                limit=self.settings.max_attention_cells,
-            )
+        with_self = request.self_attention and request.granularity == "subword"
+        self._check_size(len(layers) * len(heads) * len(tgt_ids) * len(src_ids) * (3 if with_self else 1))
         out = await self.run_exclusive(force, translator, src_ids, tgt_ids)
         hyp = Hypothesis(tgt_ids, out["log_probs"].tolist(), out["cross"], float(out["log_probs"].sum()), True)
-        view = self.attention_view(translator, AttentionOptions())
+        view = self.attention_view(translator, AttentionOptions(granularity=request.granularity))
         shaped = self.shape_hypothesis(translator, source, hyp, view)
         pick = np.ix_(layers, heads)
         cross = out["cross"].transpose(1, 2, 0, 3)[pick]  # (L', N', T, S)
+        if request.granularity == "word":
+            src_groups, tgt_groups = self.word_groups(translator, source, hyp)
+            cross = np.array([[merge_matrix(m, src_groups, tgt_groups) for m in per_layer] for per_layer in cross])
         result = {
             "model": translator.manifest.name,
             "forced": forced is not None,
@@ -147,11 +144,32 @@ class TranslationService:
             "encoder_self_attention": None,
             "decoder_self_attention": None,
         }
-        if request.self_attention and "encoder_self" in out:
+        if with_self and "encoder_self" in out:
             result["encoder_self_attention"] = _nested(out["encoder_self"][pick])  # (L', N', S, S)
-        if request.self_attention and "self" in out:
+        if with_self and "self" in out:
             result["decoder_self_attention"] = _nested(out["self"].transpose(1, 2, 0, 3)[pick])  # (L', N', T, T)
         return result
+
+    def _check_size(self, cells: int) -> None:
+        """Refuse an answer too large to send, saying how to narrow it (bounded payloads)."""
+        if cells > self.settings.max_attention_cells:
+            raise InvalidRequest(
+                f"this answer would hold {cells} attention weights; the limit is {self.settings.max_attention_cells}. "
+                "Narrow it with layers, heads or self_attention=false",
+                field="layers",
+                limit=self.settings.max_attention_cells,
+            )
+
+    @staticmethod
+    def word_groups(
+        translator: Translator, source: Encoding, hyp: Hypothesis
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        src_tokens, src_pieces = source_tokens(source)
+        tgt_tokens, tgt_pieces, _ = target_tokens(translator, hyp)
+        return (
+            word_groups(src_tokens, src_pieces, translator.manifest.source_lang),
+            word_groups(tgt_tokens, tgt_pieces, translator.manifest.target_lang),
+        )
 
     def encode_target(self, translator: Translator, text: str) -> list[int]:
         check_text(text, "forced_target")
@@ -205,13 +223,12 @@ class TranslationService:
     def shape_hypothesis(
         self, translator: Translator, source: Encoding, hyp: Hypothesis, view: AttentionOptions
     ) -> dict[str, Any]:
-        src_tokens, src_pieces = source_tokens(source)
-        tgt_tokens, tgt_pieces, text = target_tokens(translator, hyp)
+        src_tokens, _src_pieces = source_tokens(source)
+        tgt_tokens, _tgt_pieces, text = target_tokens(translator, hyp)
         assert view.layer is not None and view.heads is not None
         matrix = select_heads(hyp.attention[:, :, :, : len(src_tokens)], view.layer, view.heads)  # (T, S)
         if view.granularity == "word":
-            src_groups = word_groups(src_tokens, src_pieces, translator.manifest.source_lang)
-            tgt_groups = word_groups(tgt_tokens, tgt_pieces, translator.manifest.target_lang)
+            src_groups, tgt_groups = self.word_groups(translator, source, hyp)
             matrix = merge_matrix(matrix, src_groups, tgt_groups)
             src_tokens = merge_tokens(src_tokens, src_groups, source.text)
             tgt_tokens = merge_tokens(tgt_tokens, tgt_groups, text)

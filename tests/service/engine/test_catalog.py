@@ -33,7 +33,7 @@ def test_cuda_asked_for_without_a_gpu_fails_loudly(bundle_dir: Path) -> None:
 def test_one_bad_bundle_stops_the_load(bundle_dir: Path, tmp_path: Path) -> None:
     shutil.copytree(bundle_dir, tmp_path / "b")
     (tmp_path / "b" / "en-zh-int8" / "decoder.onnx").write_bytes(b"junk")
-    with pytest.raises(BundleInvalid, match="decoder.onnx: size 4 bytes"):
+    with pytest.raises(BundleInvalid, match=r"decoder\.onnx: size 4 bytes"):
         Catalog.load(tmp_path / "b", SessionConfig())
     with pytest.raises(BundleInvalid, match="no bundles"):
         Catalog.load(tmp_path, SessionConfig())

@@ -1,0 +1,308 @@
+"use strict";
+// attention-mt page: plain JavaScript, no build step, no CDN.
+
+const $ = (id) => document.getElementById(id);
+const state = { models: {}, defaults: {}, result: null, model: null };
+const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+const LANGS = { en: "English", zh: "Chinese" };
+
+function viridis(w) {
+  const x = Math.min(Math.max(w, 0), 1) * (VIRIDIS.length - 1);
+  const i = Math.min(Math.floor(x), VIRIDIS.length - 2);
+  const f = x - i;
+  const c = VIRIDIS[i].map((a, k) => Math.round(a + (VIRIDIS[i + 1][k] - a) * f));
+  return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
+}
+
+// Errors from the API, in words a person can act on.
+function describeError(status, body) {
+  const e = (body && body.error) || {};
+  const message = e.message || `the service answered ${status}`;
+  if (e.code === "input_too_long") return `Too long: ${message}.`;
+  if (e.code === "unsupported_language_pair") return `Not supported: ${message}.`;
+  if (status === 503) return `The service is busy or starting up; try again in a moment (${message}).`;
+  if (status === 413) return `The text is too large to send (${message}).`;
+  return `Could not translate: ${message}.`;
+}
+
+async function api(path, body) {
+  let response;
+  try {
+    response = await fetch(path, {
+      method: body === undefined ? "GET" : "POST",
+      headers: body === undefined ? {} : { "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (err) {
+    throw new Error("Cannot reach the translation service.");
+  }
+  const data = await response.json().catch(() => null);
+  if (!response.ok) throw new Error(describeError(response.status, data));
+  return data;
+}
+
+function showError(id, message) {
+  const el = $(id);
+  el.textContent = message || "";
+  el.hidden = !message;
+}
+
+function tokenLabel(t) {
+  return t.special ? t.text : t.text.trim() || "▁";
+}
+
+// A heatmap table: rows = target tokens, columns = source tokens.
+function heatmap(source, target, matrix, options = {}) {
+  const table = document.createElement("table");
+  table.className = "heatmap";
+  table.setAttribute("role", "grid");
+  table.setAttribute("aria-label", options.title || "attention heatmap");
+  const head = table.createTHead().insertRow();
+  head.appendChild(document.createElement("th"));
+  const columns = source.map((tok, s) => {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = tokenLabel(tok);
+    if (tok.special) th.classList.add("special");
+    if (options.unattended && options.unattended.has(s)) {
+      th.classList.add("unattended");
+      th.title = "Barely attended to (low coverage). A heuristic: it may have been left out of the translation.";
+    }
+    head.appendChild(th);
+    return th;
+  });
+  const body = table.createTBody();
+  target.forEach((tok, t) => {
+    const row = body.insertRow();
+    const th = document.createElement("th");
+    th.scope = "row";
+    th.tabIndex = 0;
+    th.textContent = tokenLabel(tok);
+    const highlight = (on) => columns.forEach((col, s) => {
+      col.style.background = on ? `rgba(253, 231, 37, ${Math.min(1, matrix[t][s] * 1.5)})` : "";
+      col.classList.toggle("attended", on && matrix[t][s] >= 0.2);
+    });
+    th.addEventListener("mouseenter", () => highlight(true));
+    th.addEventListener("mouseleave", () => highlight(false));
+    th.addEventListener("focus", () => highlight(true));
+    th.addEventListener("blur", () => highlight(false));
+    row.appendChild(th);
+    source.forEach((stok, s) => {
+      const cell = row.insertCell();
+      const w = matrix[t][s];
+      cell.className = "cell";
+      cell.tabIndex = t === 0 && s === 0 ? 0 : -1;
+      cell.dataset.t = t;
+      cell.dataset.s = s;
+      cell.dataset.weight = w.toFixed(3);
+      cell.style.background = viridis(w);
+      const text = `${tokenLabel(tok)} → ${tokenLabel(stok)}: ${w.toFixed(3)}`;
+      cell.setAttribute("aria-label", text);
+      const show = () => { $("tooltip").textContent = text; };
+      cell.addEventListener("mouseenter", show);
+      cell.addEventListener("focus", show);
+    });
+  });
+  table.addEventListener("keydown", (event) => moveFocus(event, table, target.length, source.length));
+  const wrap = document.createElement("div");
+  wrap.className = "heatmap-wrap";
+  if (options.caption) {
+    const h = document.createElement("h3");
+    h.textContent = options.caption;
+    wrap.appendChild(h);
+  }
+  wrap.appendChild(table);
+  return wrap;
+}
+
+// Arrow keys move between cells (one tab stop per heatmap).
+function moveFocus(event, table, rows, cols) {
+  const cell = event.target.closest("td.cell");
+  if (!cell) return;
+  let t = Number(cell.dataset.t), s = Number(cell.dataset.s);
+  const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+  if (!(event.key in moves)) return;
+  event.preventDefault();
+  t = Math.min(Math.max(t + moves[event.key][0], 0), rows - 1);
+  s = Math.min(Math.max(s + moves[event.key][1], 0), cols - 1);
+  const next = table.querySelector(`td.cell[data-t="${t}"][data-s="${s}"]`);
+  cell.tabIndex = -1;
+  next.tabIndex = 0;
+  next.focus();
+}
+
+function granularity() {
+  return document.querySelector('input[name="granularity"]:checked').value;
+}
+
+function selectedPair() {
+  const [source, target] = $("pair").value.split("-");
+  return { source, target };
+}
+
+async function loadModels() {
+  try {
+    const data = await api("/v1/models");
+    data.models.forEach((m) => { state.models[m.name] = m; });
+    state.defaults = data.defaults;
+    $("pair").replaceChildren(...Object.keys(data.defaults).map((pair) => {
+      const [s, t] = pair.split("-");
+      const m = state.models[data.defaults[pair]];
+      return new Option(`${LANGS[s] || s} → ${LANGS[t] || t} (${m.family}, ${m.attention})`, pair);
+    }));
+  } catch (err) {
+    showError("error", err.message);
+  }
+}
+
+function meanOfHeads(perHead) {
+  const n = perHead.length;
+  return perHead[0].map((row, t) => row.map((_, s) => perHead.reduce((acc, h) => acc + h[t][s], 0) / n));
+}
+
+function setupViewControls(model) {
+  const transformer = model.family === "transformer";
+  $("view-controls").hidden = !transformer;
+  if (!transformer) return;
+  const layer = model.attention_view.layer < 0 ? model.layers + model.attention_view.layer : model.attention_view.layer;
+  $("layer").replaceChildren(...Array.from({ length: model.layers }, (_, i) => new Option(`layer ${i}`, i, i === layer, i === layer)));
+  const heads = [new Option("mean of heads", "mean"), new Option("all heads", "all")];
+  for (let h = 0; h < model.heads; h++) heads.push(new Option(`head ${h}`, h));
+  $("head").replaceChildren(...heads);
+}
+
+function drawMain(best, model) {
+  const unattended = new Set(best.signals.unattended_source);
+  const note = $("unattended-note");
+  note.hidden = unattended.size === 0;
+  note.textContent = unattended.size
+    ? `Underlined source tokens got little attention (coverage below ${best.signals.unattended_threshold}); a heuristic hint of a possible omission.`
+    : "";
+  $("heatmaps").replaceChildren(heatmap(best.source_tokens, best.target_tokens, best.attention, {
+    unattended, title: `attention of ${model.name}`,
+  }));
+}
+
+async function translate() {
+  const text = $("source").value;
+  showError("error", "");
+  $("translate").disabled = true;
+  try {
+    const { source, target } = selectedPair();
+    const body = { q: text, source, target, beam_size: 4, n_best: 3, attention: { granularity: granularity() } };
+    const data = await api("/v1/translate", body);
+    const best = data.translations[0];
+    state.result = best;
+    state.model = state.models[data.model];
+    $("translation").textContent = best.text;
+    $("translation").lang = target;
+    $("alternatives").replaceChildren(...best.alternatives.map((alt) => {
+      const li = document.createElement("li");
+      li.textContent = `${alt.text} `;
+      const score = document.createElement("span");
+      score.className = "score";
+      score.textContent = `(score ${alt.score.toFixed(2)})`;
+      li.appendChild(score);
+      return li;
+    }));
+    const bestScore = document.createElement("span");
+    bestScore.className = "score";
+    bestScore.textContent = ` (score ${best.score.toFixed(2)})`;
+    $("translation").appendChild(bestScore);
+    setupViewControls(state.model);
+    drawMain(best, state.model);
+    $("result").hidden = false;
+    if ($("forced").value === "") $("forced").placeholder = best.text;
+  } catch (err) {
+    showError("error", err.message);
+  } finally {
+    $("translate").disabled = false;
+  }
+}
+
+// Layer and head pickers: the displayed translation, re-read through /v1/attention.
+async function changeView() {
+  if (!state.result) return;
+  const model = state.model;
+  const layer = Number($("layer").value);
+  const head = $("head").value;
+  showError("error", "");
+  try {
+    const data = await api("/v1/attention", {
+      text: $("source").value, forced_target: state.result.text, model: model.name,
+      layers: [layer], heads: head === "mean" || head === "all" ? null : [Number(head)],
+      self_attention: false, granularity: granularity(),
+    });
+    const perHead = data.cross_attention[0];
+    const unattended = new Set(data.signals.unattended_source);
+    if (head === "all") {
+      const grid = document.createElement("div");
+      grid.className = "small-multiples";
+      perHead.forEach((m, h) => grid.appendChild(heatmap(data.source_tokens, data.target_tokens, m, {
+        caption: `layer ${layer}, head ${data.heads[h]}`, unattended,
+      })));
+      $("heatmaps").replaceChildren(grid);
+    } else {
+      const matrix = head === "mean" ? meanOfHeads(perHead) : perHead[0];
+      $("heatmaps").replaceChildren(heatmap(data.source_tokens, data.target_tokens, matrix, {
+        caption: `layer ${layer}, ${head === "mean" ? "mean of heads" : `head ${head}`}`, unattended,
+      }));
+    }
+  } catch (err) {
+    showError("error", err.message);
+  }
+}
+
+async function scoreForced() {
+  showError("forced-error", "");
+  const forced = $("forced").value;
+  if (!forced.trim()) {
+    showError("forced-error", "Type a translation to score.");
+    return;
+  }
+  try {
+    const { source, target } = selectedPair();
+    const data = await api("/v1/attention", {
+      text: $("source").value, forced_target: forced, source, target,
+      self_attention: false, granularity: granularity(),
+    });
+    const perLayer = data.cross_attention;
+    const view = data.attention_view;
+    const layerIndex = view.layer < 0 ? perLayer.length + view.layer : view.layer;
+    const matrix = meanOfHeads(perLayer[layerIndex]);
+    $("forced-score").replaceChildren();
+    const total = document.createElement("p");
+    total.textContent = `Log-probability of your translation: ${data.score.toFixed(2)} (higher is more likely to the model)`;
+    const list = document.createElement("ul");
+    list.className = "logprobs";
+    data.target_tokens.forEach((tok) => {
+      const li = document.createElement("li");
+      li.textContent = `${tokenLabel(tok)} ${tok.logprob.toFixed(2)}`;
+      list.appendChild(li);
+    });
+    $("forced-score").append(total, list);
+    $("forced-heatmap").replaceChildren(heatmap(data.source_tokens, data.target_tokens, matrix, {
+      caption: `your translation, layer ${layerIndex}, mean of heads`,
+    }));
+    $("forced-result").hidden = false;
+  } catch (err) {
+    showError("forced-error", err.message);
+  }
+}
+
+$("translate").addEventListener("click", translate);
+$("score").addEventListener("click", scoreForced);
+$("layer").addEventListener("change", changeView);
+$("head").addEventListener("change", changeView);
+document.querySelectorAll('input[name="granularity"]').forEach((r) => r.addEventListener("change", () => {
+  if (state.result) translate();
+}));
+for (const id of ["source", "forced"]) {
+  $(id).addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      (id === "source" ? translate : scoreForced)();
+    }
+  });
+}
+loadModels();
