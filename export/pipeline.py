@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from export.alignment import default_view
 from export.bundle_writer import ExportError, check_destination, place, staging_dir, write_manifest
 from export.graph_io import FamilyIO, family_io
 from export.onnx_graphs import export_graphs
@@ -49,6 +50,7 @@ class ExportOptions:
     parity_sentences: int = 200
     quality_split: str | None = "test"  # None: skip the BLEU measurement
     quality_beams: tuple[int, ...] = (1, 4)
+    alignment: bool = True  # choose the default attention view by name alignment on the test split
 
 
 def export_run(run_dir: Path, out: Path, options: ExportOptions = ExportOptions()) -> Bundle:
@@ -79,10 +81,14 @@ def export_run(run_dir: Path, out: Path, options: ExportOptions = ExportOptions(
         if options.quantize == "int8":
             staged = _quantize(staged, out, fields, fp32, splits["dev"], data.source, data.target)
         write_manifest(staged, fields)
-        # 5) quality through the bundle's own engine, then the final manifest and placement
+        # 5) quality and the default attention view through the bundle's own engine; then placement
+        final = Translator(load_bundle(staged))
+        if options.alignment:
+            fields["attention_view"] = default_view(final, splits["test"])
+            write_manifest(staged, fields)
         if options.quality_split:
             fields["quality"] = _quality(
-                Translator(load_bundle(staged)),
+                final,
                 splits[options.quality_split],
                 options.quality_split,
                 options.quality_beams,

@@ -137,7 +137,9 @@ class AttentionView(Strict):
 
     layer: int = -1
     heads: Literal["mean"] | int = "mean"
-    name_alignment_accuracy: float | None = None
+    name_alignment_accuracy: float | None = None  # of the chosen view (export/alignment.py)
+    name_alignment_cases: int = 0
+    accuracy_by_view: dict[str, float] = {}
 
 
 class Manifest(Strict):
