@@ -26,7 +26,9 @@ class Settings(BaseSettings):
     # dynamic batching
     batching: bool = True
     max_batch_size: int = Field(32, ge=1, description="texts decoded together at most")
-    max_queue_delay_ms: float = Field(5.0, ge=0, description="how long the first text waits for company")
+    max_queue_delay_ms: float = Field(
+        0.0, ge=0, description="extra wait for company; 0: texts that arrive while a batch runs form the next"
+    )
     max_queue: int = Field(256, ge=1, description="texts waiting at most; more get 503 + Retry-After")
     retry_after_s: int = Field(1, ge=1)
 
