@@ -20,6 +20,16 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+def _training_side() -> None:
+    """train, evaluate and export need torch and models/, which the serving image leaves out."""
+    try:
+        import models.checkpoint  # noqa: F401
+    except ModuleNotFoundError as exc:
+        _fail(
+            f"this command needs the training code and extras ({exc.name} is missing): pip install -e '.[train,export]'"
+        )
+
+
 @app.command()
 def train(
     config: Annotated[Path, typer.Argument(help="run config TOML, e.g. models/configs/transformer-en-zh.toml")],
@@ -30,6 +40,7 @@ def train(
     max_steps: Annotated[int | None, typer.Option(help="override [train] max_steps (0 = no limit)")] = None,
 ) -> None:
     """Train a model: tokenizers, checkpoints, dev BLEU per epoch, early stop."""
+    _training_side()
     from models.config import ConfigError, load_run_config
     from models.data import CorpusError
     from models.train import TrainError
@@ -58,6 +69,7 @@ def evaluate(
     limit: Annotated[int, typer.Option(help="score only the first N pairs (0 = all)")] = 0,
 ) -> None:
     """Compute sacreBLEU BLEU and chrF; print them and write a JSON next to the checkpoint."""
+    _training_side()
     from models.data import CorpusError
     from models.evaluate import evaluate as run_evaluation
 
@@ -87,6 +99,7 @@ def export(
     quality: Annotated[bool, typer.Option(help="measure test BLEU (greedy and beam 4) into the manifest")] = True,
 ) -> None:
     """Export a checkpoint to a verified ONNX bundle (parity checked, optionally int8)."""
+    _training_side()
     from export.bundle_writer import ExportError
     from export.pipeline import ExportOptions, export_run
     from models.data import CorpusError

@@ -13,6 +13,14 @@ from service.engine.tokenizer import Tokenizer
 from tests.support.synthetic import synthetic_pairs, write_corpus
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+FIGURES: dict[str, object] = {}  # measured figures, printed at the end of the run
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if FIGURES:
+        terminalreporter.section("figures")
+        for key, value in FIGURES.items():
+            terminalreporter.write_line(f"{key}: {value}")
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,7 @@ def test_models(client: TestClient) -> None:
     one = client.get("/v1/models/en-zh-int8").json()
     assert one["quantization"]["mode"] == "int8" and one["provider"] == "cpu"
     assert one["family"] == "transformer" and one["heads"] == 2 and one["parity"]["passed"]
-    assert one["limits"] == {"max_source_tokens": 32, "max_target_tokens": 32}
+    assert one["limits"] == {"max_source_tokens": 64, "max_target_tokens": 64}
     assert client.get("/v1/models/en-zh").json()["default_for"] == ["en-zh"]
     missing = client.get("/v1/models/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_model"

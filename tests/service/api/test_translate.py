@@ -131,12 +131,12 @@ def test_errors_name_the_field(client: TestClient, body: dict, status: int, code
 
 
 def test_too_many_tokens_names_the_item_count_and_limit(client: TestClient) -> None:
-    long = " ".join(["Tom chases Jerry."] * 8)  # under 200 characters, over the 32-token limit
+    long = " ".join(["Tom chases Jerry."] * 11)  # under 200 characters, over the 64-token limit
     response = client.post("/v1/translate", json={**EN_ZH, "q": ["ok", long]})
     assert response.status_code == 422
     error = response.json()["error"]
-    assert error["field"] == "q[1]" and error["limit"] == 32
-    assert "q[1] has" in error["message"] and "tokens; the limit is 32" in error["message"]
+    assert error["field"] == "q[1]" and error["limit"] == 64
+    assert "q[1] has" in error["message"] and "tokens; the limit is 64" in error["message"]
 
 
 def test_unknown_pair_lists_the_supported_ones(client: TestClient) -> None:
