@@ -141,18 +141,29 @@ def serve(
     import uvicorn
 
     from service.api.app import create_app
+    from service.api.logs import configure_logging
     from service.settings import Settings
 
     given: dict[str, Any] = {"host": host, "port": port, "bundles": bundles}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
-    uvicorn.run(
-        create_app(settings),
+    log_config = configure_logging()
+    api = create_app(settings, exit_on_load_failure=True)
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            api.state.draining = True  # /readyz answers 503 from the first signal on
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        api,
         host=settings.host,
         port=settings.port,
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
-        log_level="info",
+        log_config=log_config,
+        access_log=False,  # one JSON line per request comes from the app, with its request id
     )
+    DrainingServer(config).run()
 
 
 @app.command()

@@ -44,6 +44,13 @@ class Settings(BaseSettings):
     # signals
     unattended_threshold: float = Field(0.2, ge=0, description="coverage under which a source word is flagged")
 
+    # deadlines, exposure
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="deadline of a request; a body's timeout_ms is capped by it"
+    )
+    cors_origins: tuple[str, ...] = Field((), description='origins allowed by CORS, e.g. ["https://app.example"]')
+    docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json")
+
     # serving
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)

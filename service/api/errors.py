@@ -4,6 +4,7 @@ Domain errors from the engine are mapped to HTTP status codes here, and only her
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -13,15 +14,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.engine.bundle import BundleInvalid
 from service.engine.errors import (
+    DeadlineExceeded,
     EngineError,
     InputTooLong,
     InvalidRequest,
     InvalidText,
+    NotReady,
     Overloaded,
     UnknownModel,
     UnsupportedPair,
 )
 
+log = logging.getLogger("attention_mt")
 STATUS = {
     InputTooLong: 422,
     InvalidText: 422,
@@ -29,8 +33,17 @@ STATUS = {
     UnsupportedPair: 422,
     UnknownModel: 422,
     Overloaded: 503,
+    NotReady: 503,
+    DeadlineExceeded: 504,
 }
-HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 503: "not_ready"}
+HTTP_CODES = {
+    400: "invalid_json",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    503: "not_ready",
+}
 
 
 def error_response(
@@ -81,15 +94,30 @@ async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, EngineError)
     status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Overloaded) else {}
-    if isinstance(exc, Overloaded):
-        request.app.state.metrics.rejections.labels(reason="queue_full").inc()
+    if isinstance(exc, NotReady):
+        headers = {"Retry-After": "1"}
+    reason = {Overloaded: "queue_full", NotReady: "not_ready", DeadlineExceeded: "deadline"}.get(type(exc))
+    if reason is None and status == 422:
+        reason = "invalid"
+    if reason is not None:
+        request.app.state.metrics.rejections.labels(reason=reason).inc()
     return error_response(status, exc.code, exc.message, exc.field, exc.limit, headers)
 
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = HTTP_CODES.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+    field = "body" if exc.status_code == 400 else None
+    message = "the body is not valid JSON (UTF-8)" if exc.status_code == 400 else str(exc.detail)
+    return error_response(exc.status_code, code, message, field, headers=dict(exc.headers or {}))
+
+
+async def on_internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """A bug: 500 with the request id to quote, never a traceback or a path."""
+    request_id = getattr(request.state, "request_id", None)
+    log.error("internal error", exc_info=exc, extra={"event": "internal_error", "request_id": request_id})
+    headers = {"x-request-id": request_id} if request_id else None  # this answer bypasses the middleware
+    return error_response(500, "internal_error", f"internal error; quote request id {request_id}", headers=headers)
 
 
 def install(app: FastAPI) -> None:
@@ -97,3 +125,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(EngineError, on_engine_error)
     app.add_exception_handler(BundleInvalid, on_engine_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_internal_error)

@@ -1,14 +1,21 @@
-"""ASGI middleware: a body-size limit (413) and request counting by route and status."""
+"""ASGI middleware: JSON-only bodies under a size limit (415, 413), and the request context
+(request id, metrics by route and status, one JSON log line per request)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import time
+import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.metrics import Metrics
 
+log = logging.getLogger("attention_mt.access")
+SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 KNOWN_ROUTES = {"/v1/translate", "/v1/attention", "/v1/models", "/livez", "/readyz", "/metrics", "/"}
 
 
@@ -19,19 +26,16 @@ class BodyLimit:
         self.app, self.max_bytes = app, max_bytes
 
     async def _refuse(self, send: Send) -> None:
-        body = {
-            "error": {
-                "code": "payload_too_large",
-                "message": f"the body is over {self.max_bytes} bytes",
-                "field": "body",
-                "limit": self.max_bytes,
-            }
-        }
+        await self._send(send, 413, "payload_too_large", f"the body is over {self.max_bytes} bytes", self.max_bytes)
+
+    @staticmethod
+    async def _send(send: Send, status: int, code: str, message: str, limit: int | None = None) -> None:
+        body = {"error": {"code": code, "message": message, "field": "body", "limit": limit}}
         data = json.dumps(body).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
             }
         )
@@ -41,7 +45,14 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        media_type = headers.get(b"content-type", b"application/json").split(b";")[0].strip().lower()
+        if media_type != b"application/json":
+            await self._send(
+                send, 415, "unsupported_media_type", "send the body as JSON (content-type: application/json)"
+            )
+            return
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(send)
             return
@@ -69,7 +80,11 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-class CountRequests:
+class RequestContext:
+    """A request id for every request (the client's X-Request-ID if sane, else a new one), echoed in
+    the response, counted in metrics by route and status, and logged as one JSON line that never
+    holds the request's text or keys."""
+
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
 
@@ -77,17 +92,33 @@ class CountRequests:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if SAFE_ID.fullmatch(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
         path = scope["path"]
-        route = path if path in KNOWN_ROUTES or path.startswith("/v1/models/") else "other"
-        route = "/v1/models/{name}" if route.startswith("/v1/models/") else route
+        route = "/v1/models/{name}" if path.startswith("/v1/models/") else path if path in KNOWN_ROUTES else "other"
         status: dict[str, Any] = {"code": 500}
+        started = time.perf_counter()
 
-        async def counting_send(message: Message) -> None:
+        async def tagged_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
         try:
-            await self.app(scope, receive, counting_send)
+            await self.app(scope, receive, tagged_send)
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
+            log.info(
+                "request",
+                extra={
+                    "event": "request",
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "route": route,
+                    "status": status["code"],
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                },
+            )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -22,17 +24,35 @@ from service.api.schemas import (
 )
 from service.api.svg import heatmap_svg
 from service.engine.catalog import Catalog
+from service.engine.errors import DeadlineExceeded, NotReady
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
 from service.engine.service import TranslationService
 
+T = TypeVar("T")
 router = APIRouter()
 STATIC_DIR = Path(__file__).parent / "static"
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
 
 
 def _service(request: Request) -> TranslationService:
-    service: TranslationService = request.app.state.service
+    service: TranslationService | None = request.app.state.service
+    if service is None:
+        raise NotReady(request.app.state.load_error or "models are loading; retry shortly")
     return service
+
+
+async def _within_deadline(request: Request, timeout_ms: int | None, work: Awaitable[T]) -> T:
+    """Await `work` within the request's deadline: the body's timeout_ms, capped by the setting."""
+    limit = request.app.state.settings.request_timeout_s
+    seconds = min(limit, timeout_ms / 1000) if timeout_ms else limit
+    try:
+        return await asyncio.wait_for(work, seconds)
+    except TimeoutError:
+        raise DeadlineExceeded(
+            f"the request did not finish within its deadline of {seconds * 1000:.0f} ms",
+            field="timeout_ms",
+            limit=round(limit * 1000),
+        ) from None
 
 
 def _count_tokens(request: Request, result: dict[str, Any]) -> None:
@@ -58,7 +78,7 @@ async def translate(body: TranslateBody, request: Request) -> JSONResponse:
         max_output_tokens=body.max_output_tokens,
         attention=AttentionOptions(a.granularity, a.format, a.top_k, a.layer, a.heads),
     )
-    result = await _service(request).translate(job)
+    result = await _within_deadline(request, body.timeout_ms, _service(request).translate(job))
     request.app.state.metrics.inference.labels("request").observe(time.perf_counter() - started)
     _count_tokens(request, result)
     return JSONResponse(result)
@@ -78,7 +98,7 @@ async def attention(body: IntrospectBody, request: Request) -> JSONResponse:
         self_attention=body.self_attention,
         granularity=body.granularity,
     )
-    return JSONResponse(await _service(request).introspect(job))
+    return JSONResponse(await _within_deadline(request, body.timeout_ms, _service(request).introspect(job)))
 
 
 @router.post(
@@ -102,7 +122,7 @@ async def attention_svg(body: SvgBody, request: Request) -> Response:
         self_attention=False,
         granularity=body.granularity,
     )
-    result = await service.introspect(job)
+    result = await _within_deadline(request, body.timeout_ms, service.introspect(job))
     matrix = np.asarray(result["cross_attention"][0]).mean(axis=0).tolist()  # (T, S) over the chosen heads
     head = "mean of heads" if body.head == "mean" else f"head {body.head}"
     title = f"{result['model']}: {result['text']} (layer {layer}, {head})"

@@ -46,6 +46,7 @@ class TranslateBody(Strict):
     n_best: int = Field(1, description="hypotheses per text, at most beam_size")
     max_output_tokens: int | None = Field(None, description="cap on generated tokens, at most the model's limit")
     attention: AttentionParams = AttentionParams()
+    timeout_ms: int | None = Field(None, ge=1, description="deadline in ms, capped by the service's own")
 
 
 class IntrospectBody(Strict):
@@ -78,6 +79,7 @@ class IntrospectBody(Strict):
     granularity: Literal["subword", "word"] = Field(
         "subword", description="word: merge cross-attention as /v1/translate"
     )
+    timeout_ms: int | None = Field(None, ge=1, description="deadline in ms, capped by the service's own")
 
 
 class SvgBody(IntrospectBody):

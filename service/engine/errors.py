@@ -63,3 +63,13 @@ class ProviderUnavailable(EngineError):
     """The configured execution provider cannot run the model (e.g. CUDA asked for, CPU given)."""
 
     code = "provider_unavailable"
+
+
+class NotReady(EngineError):
+    """Models are still loading or warming up, or the service is draining."""
+
+    code = "not_ready"
+
+
+class DeadlineExceeded(EngineError):
+    code = "deadline_exceeded"

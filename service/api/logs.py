@@ -1,0 +1,44 @@
+"""JSON log lines. Fields come from `extra=`; the request's text and API keys are never passed in."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+FIELDS = ("event", "request_id", "method", "route", "status", "duration_ms")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line |= {k: getattr(record, k) for k in FIELDS if hasattr(record, k)}
+        if record.exc_info:  # the exception's type only: no traceback, no paths, no user data
+            line["error_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure_logging(level: str = "INFO") -> dict[str, Any]:
+    """Root logging as JSON on stderr; returns a uvicorn log_config that uses it too."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "json"}},
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": level, "propagate": False},
+            "uvicorn.error": {"handlers": ["default"], "level": level, "propagate": False},
+            "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},  # ours is richer
+        },
+    }
