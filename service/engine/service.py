@@ -18,7 +18,7 @@ from service.engine.catalog import Catalog
 from service.engine.errors import InputTooLong, InvalidRequest
 from service.engine.introspection import force, greedy_target
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
-from service.engine.search import Hypothesis
+from service.engine.search import Hypothesis, max_output_length
 from service.engine.signals import signals
 from service.engine.text import check_text
 from service.engine.tokenizer import Encoding
@@ -98,6 +98,7 @@ class TranslationService:
         encodings = self.encode(translator, request.texts, single=request.single)
         options = self.search_options(translator, request)
         view = self.attention_view(translator, request.attention)
+        self._check_translate_size(translator, encodings, options, view)
         eos = translator.manifest.special_ids.eos
         key = (translator.manifest.name, options)
         results = await self.batcher.submit(key, [[*e.ids, eos] for e in encodings])
@@ -149,6 +150,27 @@ class TranslationService:
         if with_self and "self" in out:
             result["decoder_self_attention"] = _nested(out["self"].transpose(1, 2, 0, 3)[pick])  # (L', N', T, T)
         return result
+
+    def _check_translate_size(
+        self, translator: Translator, encodings: list[Encoding], options: SearchOptions, view: AttentionOptions
+    ) -> None:
+        """Bound the attention payload before decoding, from the longest answer each text could get."""
+        if view.format == "none":
+            return
+        limit = translator.manifest.limits.max_target_tokens
+        if options.max_output_tokens is not None:
+            limit = min(limit, options.max_output_tokens)
+        cells = 0
+        for enc in encodings:
+            rows = max_output_length(len(enc.ids) + 1, limit) + 1  # + the EOS row
+            cells += rows * (view.top_k if view.format == "topk" else len(enc.ids) + 1) * options.n_best
+        if cells > self.settings.max_attention_cells:
+            raise InvalidRequest(
+                f"this answer could hold {cells} attention weights; the limit is {self.settings.max_attention_cells}. "
+                'Ask for attention.format "topk" or "none", fewer texts, a smaller n_best or max_output_tokens',
+                field="attention.format",
+                limit=self.settings.max_attention_cells,
+            )
 
     def _check_size(self, cells: int) -> None:
         """Refuse an answer too large to send, saying how to narrow it (bounded payloads)."""

@@ -4,9 +4,14 @@ field; none gets a 5xx."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.settings import Settings
+from tests.service.api.conftest import wait_ready
 
 OK = {"q": "Tom chases Jerry.", "source": "en", "target": "zh"}
 JSON = {"content-type": "application/json"}
@@ -189,3 +194,21 @@ def test_the_battery_is_large_enough() -> None:
 def test_unknown_pair_lists_the_supported_pairs(client: TestClient) -> None:
     message = client.post("/v1/translate", content=body(source="fr", target="de"), headers=JSON).json()["error"]
     assert "supported pairs: en-zh" in message["message"]
+
+
+def test_a_maximal_answer_is_bounded_or_refused_with_advice(bundle_dir: Path) -> None:
+    """With MT_MAX_ATTENTION_CELLS small, a request whose dense attention could pass it is refused
+    with advice, and the narrowed request's answer stays under the stated bound."""
+    settings = Settings(bundles=bundle_dir, max_attention_cells=50_000, max_texts=8, max_chars=200)
+    longest = "Tom chases Jerry again today. Mary likes Bob."
+    maximal = {**OK, "q": [longest] * 8, "beam_size": 8, "n_best": 8}
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        refused = c.post("/v1/translate", json=maximal)
+        assert refused.status_code == 422
+        error = refused.json()["error"]
+        assert error["field"] == "attention.format" and "topk" in error["message"] and error["limit"] == 50_000
+        narrowed = c.post("/v1/translate", json={**maximal, "attention": {"format": "topk", "top_k": 3}})
+        assert narrowed.status_code == 200
+        # 50,000 weights of about 20 bytes of JSON each, plus tokens: well under 2 MB
+        assert len(narrowed.content) < 2_000_000
