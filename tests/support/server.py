@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -24,17 +25,18 @@ class RunningServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         script = Path(sys.executable).parent / "attention-mt"
+        # logs go to a file, not a pipe: an unread pipe fills up and blocks the server's writes
+        self.log = tempfile.NamedTemporaryFile(prefix="serve-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
             [str(script), "serve", "--port", str(self.port), "--bundles", str(bundles)],
             env={**os.environ, **(env or {})},
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             stderr=subprocess.STDOUT,
-            text=True,
         )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.communicate()[0]}")
+                raise RuntimeError(f"server exited: {self.output()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as r:
                     if r.status == 200:
@@ -44,8 +46,15 @@ class RunningServer:
         self.stop()
         raise RuntimeError("server did not become ready")
 
+    def output(self) -> str:
+        return Path(self.log.name).read_text(encoding="utf-8", errors="replace")
+
     def stop(self) -> str:
+        """SIGTERM (if still running), wait for the exit, and return everything it logged."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        output, _ = self.proc.communicate(timeout=30)
+        self.proc.wait(timeout=30)
+        self.log.close()
+        output = self.output()
+        Path(self.log.name).unlink(missing_ok=True)
         return output
