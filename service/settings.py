@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     )
     cors_origins: tuple[str, ...] = Field((), description='origins allowed by CORS, e.g. ["https://app.example"]')
     docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json")
+    api_keys: tuple[str, ...] = Field((), description="X-API-Key values accepted; empty: no auth. JSON list in env")
+    rate_limit_per_minute: int = Field(0, ge=0, description="requests per minute per API key (0: no limit)")
 
     # serving
     host: str = "127.0.0.1"

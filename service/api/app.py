@@ -19,6 +19,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from service.api import errors
+from service.api.auth import ApiKeyAuth
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestContext
 from service.api.routes import STATIC_DIR, router
@@ -101,6 +102,7 @@ def create_app(settings: Settings, exit_on_load_failure: bool = False) -> FastAP
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ApiKeyAuth, keys=settings.api_keys, per_minute=settings.rate_limit_per_minute)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=list(settings.cors_origins),  # none by default: browsers on other origins are refused
