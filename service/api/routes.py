@@ -31,7 +31,9 @@ from service.engine.service import TranslationService
 T = TypeVar("T")
 router = APIRouter()
 STATIC_DIR = Path(__file__).parent / "static"
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 413, 415, 422, 429, 503, 504)
+}
 
 
 def _service(request: Request) -> TranslationService:
