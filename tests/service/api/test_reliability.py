@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.settings import Settings
+from tests.conftest import FIGURES
 from tests.service.api.conftest import wait_ready
 from tests.support.server import RunningServer, free_port
 
@@ -77,31 +78,71 @@ def test_docs_can_be_switched_off(client: TestClient, strict_app: TestClient) ->
         assert strict_app.get(path).status_code == 404
 
 
-def test_a_corrupt_bundle_stops_the_server_fast_with_one_line(bundle_dir: Path, tmp_path: Path) -> None:
+def _zero_decoder(bundle: Path) -> None:
+    graph = bundle / "decoder.onnx"
+    graph.write_bytes(b"\0" * graph.stat().st_size)
+
+
+def _unreadable_graph_with_matching_checksum(bundle: Path) -> None:
+    from export.bundle_writer import write_manifest
+
+    (bundle / "encoder.onnx").write_bytes(b"not an onnx graph")
+    doc = json.loads((bundle / "manifest.json").read_text())
+    write_manifest(bundle, {k: v for k, v in doc.items() if k != "files"})
+
+
+def _io_disagrees(bundle: Path) -> None:
+    doc = json.loads((bundle / "manifest.json").read_text())
+    doc["graphs"]["decoder"]["outputs"][0]["name"] = "logits"
+    (bundle / "manifest.json").write_text(json.dumps(doc))
+
+
+CORRUPTIONS = {
+    "checksum mismatch": (_zero_decoder, "decoder.onnx: sha256 mismatch"),
+    "missing file": (lambda b: (b / "zh.model").unlink(), "zh.model: missing"),
+    "corrupt onnx": (_unreadable_graph_with_matching_checksum, "encoder.onnx: onnxruntime cannot load it"),
+    "graph io disagrees": (_io_disagrees, "output 'logits' is in the manifest but not in the graph"),
+}
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_a_bad_bundle_stops_the_server_fast_with_one_line(bundle_dir: Path, tmp_path: Path, corruption: str) -> None:
     broken = tmp_path / "bundles"
     shutil.copytree(bundle_dir, broken)
-    (broken / "en-zh" / "decoder.onnx").write_bytes(b"\0" * (broken / "en-zh" / "decoder.onnx").stat().st_size)
+    damage, expected = CORRUPTIONS[corruption]
+    damage(broken / "en-zh")
     port = free_port()
     script = Path(sys.executable).parent / "attention-mt"
-    proc = subprocess.Popen(
-        [str(script), "serve", "--port", str(port), "--bundles", str(broken)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    ever_ready = False
-    started = time.monotonic()
-    while proc.poll() is None and time.monotonic() - started < 30:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                ever_ready = ever_ready or r.status == 200
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.05)
-    output, _ = proc.communicate(timeout=10)
-    assert proc.returncode == 3 and time.monotonic() - started < 30 and not ever_ready
-    failures = [json.loads(line) for line in output.splitlines() if '"load_failed"' in line]
-    assert len(failures) == 1 and "decoder.onnx: sha256 mismatch" in failures[0]["message"]
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(script), "serve", "--port", str(port), "--bundles", str(broken)], stdout=out, stderr=subprocess.STDOUT
+        )
+        ever_ready = False
+        started = time.monotonic()
+        while proc.poll() is None and time.monotonic() - started < 30:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                    ever_ready = ever_ready or r.status == 200
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        proc.wait(timeout=10)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 3 and seconds < 30 and not ever_ready
+    failures = [json.loads(line) for line in log.read_text().splitlines() if '"load_failed"' in line]
+    assert len(failures) == 1 and expected in failures[0]["message"], failures
+    FIGURES[f"bad bundle ({corruption})"] = f"exit 3 after {seconds:.1f} s"
+
+
+def test_readyz_says_draining(client: TestClient) -> None:
+    client.app.state.draining = True  # type: ignore[attr-defined]  # what SIGTERM sets first
+    try:
+        response = client.get("/readyz")
+        assert response.status_code == 503 and response.json()["error"]["code"] == "draining"
+        assert client.get("/livez").status_code == 200
+    finally:
+        client.app.state.draining = False  # type: ignore[attr-defined]
 
 
 def test_livez_answers_before_readyz_and_logs_are_json_without_user_text(bundle_dir: Path) -> None:
