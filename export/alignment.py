@@ -16,19 +16,11 @@ from typing import Literal
 import numpy as np
 
 from models.data import Pair
+from models.names import NAMES
 from service.engine.introspection import force
 from service.engine.manifest import AttentionView
 from service.engine.translator import Translator
 
-NAMES: dict[str, tuple[str, ...]] = {
-    "Tom": ("汤姆", "湯姆"),
-    "Mary": ("玛丽", "瑪麗", "瑪莉"),
-    "John": ("约翰", "約翰"),
-    "Alice": ("爱丽丝", "愛麗絲"),
-    "Jerry": ("杰瑞",),
-    "Bob": ("鲍勃",),
-    "Jack": ("杰克", "傑克"),
-}
 MAX_CASES = 500
 
 

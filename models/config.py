@@ -79,6 +79,7 @@ class DataConfig:
     tgt_vocab_size: int = 8000
     max_src_tokens: int = 64  # longer training pairs are dropped; also the model's input limit
     max_tgt_tokens: int = 64
+    name_augmentation: float = 0.0  # share of Tom/Mary training pairs copied with another name (models/augment.py)
 
     def __post_init__(self) -> None:
         if {self.source, self.target} != set(LANGUAGES):

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.augment import augment_names
 from models.batching import make_batches, pad
 from models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from models.config import RunConfig, TransformerConfig
@@ -59,7 +60,7 @@ def prepare_data(config: RunConfig, corpus: Path, tokenizers: tuple[Tokenizer, T
     """Read and split the corpus, train (or reuse) tokenizers, encode and filter the training split."""
     data = config.data
     splits = split_corpus(read_corpus(corpus))
-    train = splits["train"]
+    train = splits["train"] + augment_names(splits["train"], data.name_augmentation, config.train.seed)
     if tokenizers is None:
         tokenizers = (
             train_tokenizer([p.text(data.source) for p in train], data.source, data.src_vocab_size),
