@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from service.engine.bundle import MANIFEST, Bundle, load_bundle, sha256_of
-from service.engine.manifest import FileEntry, Manifest
+from service.engine.bundle import Bundle, load_bundle, sha256_of
+from service.engine.manifest import MANIFEST_FILE, FileEntry, Manifest
 from service.engine.translator import Translator
 
 
@@ -33,10 +33,10 @@ def write_manifest(directory: Path, fields: dict[str, Any]) -> Manifest:
     files = {
         p.name: FileEntry(sha256=sha256_of(p), size=p.stat().st_size)
         for p in sorted(directory.iterdir())
-        if p.is_file() and p.name != MANIFEST
+        if p.is_file() and p.name != MANIFEST_FILE
     }
     manifest = Manifest(**fields, files=files)
-    (directory / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    (directory / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return manifest
 
 

@@ -21,7 +21,7 @@ from models.decoding import translate_ids
 from models.registry import Seq2Seq
 from service.engine.manifest import Parity
 from service.engine.onnx_model import OnnxSeq2Seq, OnnxState
-from service.engine.search import Hypothesis
+from service.engine.search import best_in_length_order
 from service.engine.tokenizer import BOS_ID, Tokenizer
 from service.engine.translator import SearchOptions, Translator
 
@@ -112,22 +112,13 @@ def tier1_outputs(model: Seq2Seq, io: FamilyIO, onnx_model: OnnxSeq2Seq, src_ids
 
 def greedy_ids(translator: Translator, src_ids: list[list[int]], batch_size: int = 32) -> list[list[int]]:
     """Greedy ids from an ONNX translator, in input order, in length-sorted batches."""
-    return _batched(lambda chunk: translator.search_ids(chunk, SearchOptions(beam_size=1)), src_ids, batch_size)
+    greedy = SearchOptions(beam_size=1)
+    return [h.tokens for h in best_in_length_order(lambda c: translator.search_ids(c, greedy), src_ids, batch_size)]
 
 
 def torch_greedy_ids(model: Seq2Seq, src_ids: list[list[int]], max_tgt: int, batch_size: int = 32) -> list[list[int]]:
-    return _batched(lambda chunk: translate_ids(model, chunk, max_tgt, beam_size=1), src_ids, batch_size)
-
-
-def _batched(search, src_ids: list[list[int]], batch_size: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
-    out: list[list[int]] = [[] for _ in src_ids]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        hyps: list[list[Hypothesis]] = search([src_ids[i] for i in chunk])
-        for i, nbest in zip(chunk, hyps, strict=True):
-            out[i] = nbest[0].tokens
-    return out
+    best = best_in_length_order(lambda c: translate_ids(model, c, max_tgt, beam_size=1), src_ids, batch_size)
+    return [h.tokens for h in best]
 
 
 def check_parity(

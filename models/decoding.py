@@ -19,9 +19,11 @@ from service.engine.search import (
     Hypothesis,
     IntArray,
     beam_search,
+    best_in_length_order,
     greedy_search,
     max_output_length,
     suppress,
+    truncated_source_ids,
 )
 from service.engine.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
@@ -95,12 +97,8 @@ def translate_texts(
     Sources longer than the model's limit are cut to it here (this is evaluation, where every
     test sentence must get an output); the service refuses them instead.
     """
-    encoded = [[*ids[: max_src_tokens - 1], EOS_ID] for ids in src_tokenizer.encode_ids(texts)]
-    order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-    outputs = [""] * len(texts)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        hyps = translate_ids(model, [encoded[i] for i in chunk], max_tgt_tokens, beam_size)
-        for i, nbest in zip(chunk, hyps, strict=True):
-            outputs[i] = tgt_tokenizer.decode_text(nbest[0].tokens)
-    return outputs
+    encoded = truncated_source_ids(src_tokenizer.encode_ids(texts), max_src_tokens, EOS_ID)
+    best = best_in_length_order(
+        lambda chunk: translate_ids(model, chunk, max_tgt_tokens, beam_size), encoded, batch_size
+    )
+    return [tgt_tokenizer.decode_text(h.tokens) for h in best]

@@ -30,7 +30,8 @@ def test_mypy() -> None:
 
 def test_the_engine_imports_without_torch() -> None:
     code = (
-        "import sys, service.engine.search, service.engine.tokenizer, service.engine.text;"
+        "import sys, service.engine.search, service.engine.tokenizer, service.engine.text, service.api.app,"
+        " cli.translate_cmd;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'models', 'export')];"
         "assert not bad, bad"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -86,20 +87,16 @@ async def translate(body: TranslateBody, request: Request) -> JSONResponse:
     return JSONResponse(result)
 
 
+def introspect_request(body: IntrospectBody, **changes: Any) -> IntrospectRequest:
+    """The engine request of a /v1/attention body (the SVG route narrows it with `changes`)."""
+    fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(IntrospectRequest)}
+    return IntrospectRequest(**{**fields, **changes})
+
+
 @router.post("/v1/attention", response_model=IntrospectResponse, responses=ERRORS, tags=["introspect"])
 async def attention(body: IntrospectBody, request: Request) -> JSONResponse:
     """Every layer and head of one translation; score your own translation with forced_target."""
-    job = IntrospectRequest(
-        text=body.text,
-        forced_target=body.forced_target,
-        model=body.model,
-        source=body.source,
-        target=body.target,
-        layers=body.layers,
-        heads=body.heads,
-        self_attention=body.self_attention,
-        granularity=body.granularity,
-    )
+    job = introspect_request(body)
     return JSONResponse(await _within_deadline(request, body.timeout_ms, _service(request).introspect(job)))
 
 
@@ -115,15 +112,8 @@ async def attention_svg(body: SvgBody, request: Request) -> Response:
     translator = service.resolve(body.model, body.source, body.target)
     layers = translator.manifest.architecture.layers
     layer = body.layer + layers if body.layer < 0 else body.layer
-    job = IntrospectRequest(
-        text=body.text,
-        forced_target=body.forced_target,
-        model=translator.manifest.name,
-        layers=[layer],
-        heads=None if body.head == "mean" else [body.head],
-        self_attention=False,
-        granularity=body.granularity,
-    )
+    heads = None if body.head == "mean" else [body.head]
+    job = introspect_request(body, model=translator.manifest.name, layers=[layer], heads=heads, self_attention=False)
     result = await _within_deadline(request, body.timeout_ms, service.introspect(job))
     matrix = np.asarray(result["cross_attention"][0]).mean(axis=0).tolist()  # (T, S) over the chosen heads
     head = "mean of heads" if body.head == "mean" else f"head {body.head}"

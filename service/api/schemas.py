@@ -22,8 +22,7 @@ class AttentionParams(Strict):
 
 class TranslateBody(Strict):
     model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
+        **Strict.model_config,
         json_schema_extra={
             "examples": [
                 {"q": "Tom chases Jerry.", "source": "en", "target": "zh"},
@@ -51,8 +50,7 @@ class TranslateBody(Strict):
 
 class IntrospectBody(Strict):
     model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
+        **Strict.model_config,
         json_schema_extra={
             "examples": [
                 {"text": "Tom chases Jerry.", "source": "en", "target": "zh"},

@@ -16,11 +16,12 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from service.engine.errors import Overloaded
 
 ResultT = TypeVar("ResultT")
+T = TypeVar("T")
 RunBatch = Callable[[Hashable, list[list[int]]], list[ResultT]]
 
 
@@ -70,6 +71,10 @@ class Batcher(Generic[ResultT]):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self._executor.shutdown(wait=True)
+
+    async def run_in_worker(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run other inference (e.g. introspection) on the inference thread, between batches."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def submit(self, key: Hashable, src_ids: list[list[int]]) -> list[ResultT]:
         """Queue the texts of one request; results come back in the same order."""

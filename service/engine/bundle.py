@@ -16,8 +16,6 @@ from pydantic import ValidationError
 from service.engine.errors import EngineError
 from service.engine.manifest import MANIFEST_FILE, SCHEMA_VERSION, GraphSpec, Manifest
 
-MANIFEST = MANIFEST_FILE
-
 
 class BundleInvalid(EngineError):
     code = "bundle_invalid"
@@ -49,9 +47,9 @@ def sha256_of(path: Path) -> str:
 
 
 def _read_manifest(path: Path) -> Manifest:
-    manifest_path = path / MANIFEST
+    manifest_path = path / MANIFEST_FILE
     if not manifest_path.is_file():
-        raise BundleInvalid(path, [f"{MANIFEST}: missing"])
+        raise BundleInvalid(path, [f"{MANIFEST_FILE}: missing"])
     text = manifest_path.read_text(encoding="utf-8")
     try:
         return Manifest.model_validate_json(text)
@@ -60,9 +58,9 @@ def _read_manifest(path: Path) -> Manifest:
         for err in exc.errors():
             where = ".".join(str(p) for p in err["loc"]) or "(root)"
             if where == "schema_version":
-                problems.append(f"{MANIFEST}: schema_version must be {SCHEMA_VERSION} ({err['msg']})")
+                problems.append(f"{MANIFEST_FILE}: schema_version must be {SCHEMA_VERSION} ({err['msg']})")
             else:
-                problems.append(f"{MANIFEST}: {where}: {err['msg']}")
+                problems.append(f"{MANIFEST_FILE}: {where}: {err['msg']}")
         raise BundleInvalid(path, problems) from exc
 
 

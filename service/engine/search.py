@@ -10,6 +10,7 @@ V target vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -46,6 +47,24 @@ class Hypothesis:
     @property
     def log_prob(self) -> float:
         return float(sum(self.token_log_probs))
+
+
+def best_in_length_order(
+    search: Callable[[list[list[int]]], list[list[Hypothesis]]], src_ids: list[list[int]], batch_size: int
+) -> list[Hypothesis]:
+    """Decode in batches of similar length (less padding); the best hypothesis of each, in input order."""
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    best: list[Hypothesis | None] = [None] * len(src_ids)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        for i, nbest in zip(chunk, search([src_ids[i] for i in chunk]), strict=True):
+            best[i] = nbest[0]
+    return [h for h in best if h is not None]
+
+
+def truncated_source_ids(tokenizer_ids: list[list[int]], limit: int, eos_id: int) -> list[list[int]]:
+    """Source ids with EOS, cut to the model's limit: evaluation's rule (the API refuses instead)."""
+    return [[*ids[: limit - 1], eos_id] for ids in tokenizer_ids]
 
 
 def suppress(log_probs: FloatArray, token_ids: tuple[int, ...]) -> FloatArray:

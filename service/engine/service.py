@@ -5,7 +5,6 @@ It raises domain errors (InputTooLong, UnsupportedPair, ...) and knows nothing o
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Hashable
 from typing import Any, cast
 
@@ -21,7 +20,7 @@ from service.engine.requests import AttentionOptions, IntrospectRequest, Transla
 from service.engine.search import Hypothesis, max_output_length
 from service.engine.signals import signals
 from service.engine.text import check_text
-from service.engine.tokenizer import Encoding
+from service.engine.tokenizer import Encoding, Tokenizer
 from service.engine.translator import SearchOptions, Translator
 from service.settings import Settings
 
@@ -59,17 +58,7 @@ class TranslationService:
         limit = translator.manifest.limits.max_source_tokens
         encodings = []
         for i, text in enumerate(texts):
-            name = field if single else f"{field}[{i}]"
-            check_text(text, name)
-            if len(text) > s.max_chars:
-                raise InputTooLong(
-                    f"{name} has {len(text)} characters; the limit is {s.max_chars}", field=name, limit=s.max_chars
-                )
-            enc = translator.src_tokenizer.encode(text)
-            if len(enc.ids) + 1 > limit:  # + the end-of-sentence token the model reads
-                raise InputTooLong(
-                    f"{name} has {len(enc.ids) + 1} tokens; the limit is {limit}", field=name, limit=limit
-                )
+            enc = self._tokenize(translator.src_tokenizer, text, field if single else f"{field}[{i}]", limit)
             encodings.append(enc)
         return encodings
 
@@ -109,10 +98,6 @@ class TranslationService:
         name, options = cast(tuple[str, SearchOptions], key)
         return self.catalog.get(name).search_ids(src_ids, options)
 
-    async def run_exclusive(self, fn: Any, *args: Any) -> Any:
-        """Run other inference (introspection) on the inference thread, between batches."""
-        return await asyncio.get_running_loop().run_in_executor(self.batcher._executor, fn, *args)
-
     # introspection: every layer and head of one translation, forced or decoded
     async def introspect(self, request: IntrospectRequest) -> dict[str, Any]:
         translator = self.resolve(request.model, request.source, request.target)
@@ -123,10 +108,14 @@ class TranslationService:
         layers = self._indices(request.layers, arch.layers, "layers")
         heads = self._indices(request.heads, arch.heads, "heads")
         src_ids = [*source.ids, eos]
-        tgt_ids = forced if forced is not None else await self.run_exclusive(greedy_target, translator, src_ids)
+        tgt_ids = forced if forced is not None else await self.batcher.run_in_worker(greedy_target, translator, src_ids)
         with_self = request.self_attention and request.granularity == "subword"
-        self._check_size(len(layers) * len(heads) * len(tgt_ids) * len(src_ids) * (3 if with_self else 1))
-        out = await self.run_exclusive(force, translator, src_ids, tgt_ids)
+        self._check_size(
+            len(layers) * len(heads) * len(tgt_ids) * len(src_ids) * (3 if with_self else 1),
+            "Narrow it with layers, heads or self_attention=false",
+            "layers",
+        )
+        out = await self.batcher.run_in_worker(force, translator, src_ids, tgt_ids)
         hyp = Hypothesis(tgt_ids, out["log_probs"].tolist(), out["cross"], float(out["log_probs"].sum()), True)
         view = self.attention_view(translator, AttentionOptions(granularity=request.granularity))
         shaped = self.shape_hypothesis(translator, source, hyp, view)
@@ -164,28 +153,21 @@ class TranslationService:
         for enc in encodings:
             rows = max_output_length(len(enc.ids) + 1, limit) + 1  # + the EOS row
             cells += rows * (view.top_k if view.format == "topk" else len(enc.ids) + 1) * options.n_best
-        if cells > self.settings.max_attention_cells:
-            raise InvalidRequest(
-                f"this answer could hold {cells} attention weights; the limit is {self.settings.max_attention_cells}. "
-                'Ask for attention.format "topk" or "none", fewer texts, a smaller n_best or max_output_tokens',
-                field="attention.format",
-                limit=self.settings.max_attention_cells,
-            )
+        advice = 'Ask for attention.format "topk" or "none", fewer texts, a smaller n_best or max_output_tokens'
+        self._check_size(cells, advice, "attention.format")
 
-    def _check_size(self, cells: int) -> None:
+    def _check_size(self, cells: int, advice: str, field: str) -> None:
         """Refuse an answer too large to send, saying how to narrow it (bounded payloads)."""
-        if cells > self.settings.max_attention_cells:
-            raise InvalidRequest(
-                f"this answer would hold {cells} attention weights; the limit is {self.settings.max_attention_cells}. "
-                "Narrow it with layers, heads or self_attention=false",
-                field="layers",
-                limit=self.settings.max_attention_cells,
-            )
+        limit = self.settings.max_attention_cells
+        if cells > limit:
+            message = f"this answer could hold {cells} attention weights; the limit is {limit}. {advice}"
+            raise InvalidRequest(message, field=field, limit=limit)
 
     @staticmethod
     def word_groups(
         translator: Translator, source: Encoding, hyp: Hypothesis
     ) -> tuple[list[list[int]], list[list[int]]]:
+        """Word groups of the source and target tokens (introspection merges every layer and head)."""
         src_tokens, src_pieces = source_tokens(source)
         tgt_tokens, tgt_pieces, _ = target_tokens(translator, hyp)
         return (
@@ -194,20 +176,21 @@ class TranslationService:
         )
 
     def encode_target(self, translator: Translator, text: str) -> list[int]:
-        check_text(text, "forced_target")
-        if len(text) > self.settings.max_chars:
-            raise InputTooLong(
-                f"forced_target has {len(text)} characters; the limit is {self.settings.max_chars}",
-                field="forced_target",
-                limit=self.settings.max_chars,
-            )
-        ids = translator.tgt_tokenizer.encode(text).ids
         limit = translator.manifest.limits.max_target_tokens
-        if len(ids) + 1 > limit:
-            raise InputTooLong(
-                f"forced_target has {len(ids) + 1} tokens; the limit is {limit}", field="forced_target", limit=limit
-            )
+        ids = self._tokenize(translator.tgt_tokenizer, text, "forced_target", limit).ids
         return [*ids, translator.manifest.special_ids.eos]
+
+    def _tokenize(self, tokenizer: Tokenizer, text: str, name: str, token_limit: int) -> Encoding:
+        """Check one text (characters, then tokens with the end-of-sentence token) and tokenize it."""
+        check_text(text, name)
+        chars = self.settings.max_chars
+        if len(text) > chars:
+            raise InputTooLong(f"{name} has {len(text)} characters; the limit is {chars}", field=name, limit=chars)
+        enc = tokenizer.encode(text)
+        if len(enc.ids) + 1 > token_limit:
+            message = f"{name} has {len(enc.ids) + 1} tokens; the limit is {token_limit}"
+            raise InputTooLong(message, field=name, limit=token_limit)
+        return enc
 
     @staticmethod
     def _indices(requested: list[int] | None, count: int, field: str) -> list[int]:
@@ -245,12 +228,13 @@ class TranslationService:
     def shape_hypothesis(
         self, translator: Translator, source: Encoding, hyp: Hypothesis, view: AttentionOptions
     ) -> dict[str, Any]:
-        src_tokens, _src_pieces = source_tokens(source)
-        tgt_tokens, _tgt_pieces, text = target_tokens(translator, hyp)
+        src_tokens, src_pieces = source_tokens(source)
+        tgt_tokens, tgt_pieces, text = target_tokens(translator, hyp)
         assert view.layer is not None and view.heads is not None
         matrix = select_heads(hyp.attention[:, :, :, : len(src_tokens)], view.layer, view.heads)  # (T, S)
         if view.granularity == "word":
-            src_groups, tgt_groups = self.word_groups(translator, source, hyp)
+            src_groups = word_groups(src_tokens, src_pieces, translator.manifest.source_lang)
+            tgt_groups = word_groups(tgt_tokens, tgt_pieces, translator.manifest.target_lang)
             matrix = merge_matrix(matrix, src_groups, tgt_groups)
             src_tokens = merge_tokens(src_tokens, src_groups, source.text)
             tgt_tokens = merge_tokens(tgt_tokens, tgt_groups, text)

@@ -13,7 +13,15 @@ import numpy.typing as npt
 
 from service.engine.bundle import Bundle
 from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig
-from service.engine.search import Hypothesis, IntArray, beam_search, greedy_search, max_output_length
+from service.engine.search import (
+    Hypothesis,
+    IntArray,
+    beam_search,
+    best_in_length_order,
+    greedy_search,
+    max_output_length,
+    truncated_source_ids,
+)
 from service.engine.tokenizer import PAD_ID, Tokenizer
 
 
@@ -61,17 +69,10 @@ class Translator:
 
     def source_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids with EOS; sources over the limit are cut to it (evaluation's rule; the API refuses them)."""
-        limit = self.manifest.limits.max_source_tokens
-        eos = self.manifest.special_ids.eos
-        return [[*ids[: limit - 1], eos] for ids in self.src_tokenizer.encode_ids(texts)]
+        limits, special = self.manifest.limits, self.manifest.special_ids
+        return truncated_source_ids(self.src_tokenizer.encode_ids(texts), limits.max_source_tokens, special.eos)
 
     def translate_texts(self, texts: list[str], options: SearchOptions, batch_size: int = 32) -> list[str]:
         """Best translation of each text, in input order, decoded in length-sorted batches."""
-        encoded = self.source_ids(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-        outputs = [""] * len(texts)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            for i, nbest in zip(chunk, self.search_ids([encoded[i] for i in chunk], options), strict=True):
-                outputs[i] = self.tgt_tokenizer.decode_text(nbest[0].tokens)
-        return outputs
+        best = best_in_length_order(lambda chunk: self.search_ids(chunk, options), self.source_ids(texts), batch_size)
+        return [self.tgt_tokenizer.decode_text(h.tokens) for h in best]
