@@ -4,7 +4,8 @@
 
 1. engine alone, batch 1: the service core in-process (tokenize, search, shape), sequentially;
 2. HTTP, batch 1: the same sentences through a real `attention-mt serve`, sequentially;
-3. throughput with 1 and 16 concurrent clients, dynamic batching on and off.
+3. throughput with 1, 16, 32 and 64 concurrent clients, dynamic batching on and off, as a ratio
+   to the engine's offline throughput (length-sorted batches of 32, no server).
 Clients and server share this machine, so the ratios within one run are what count.
 """
 
@@ -60,6 +61,19 @@ def engine_latency(bundle: Path, texts: list[str], beam: int) -> list[float]:
         return times
 
     return asyncio.run(run())
+
+
+def offline_throughput(bundle: Path, texts: list[str], beam: int) -> float:
+    """Sentences per second of the engine alone, in length-sorted batches of 32: the ceiling for HTTP."""
+    from service.engine.bundle import load_bundle  # noqa: PLC0415
+    from service.engine.translator import SearchOptions, Translator  # noqa: PLC0415
+
+    settings = Settings(bundles=bundle.parent)
+    translator = Translator(load_bundle(bundle), session_config(settings))
+    translator.translate_texts(texts[:32], SearchOptions(beam_size=beam))  # warm-up
+    start = time.perf_counter()
+    translator.translate_texts(texts, SearchOptions(beam_size=beam), batch_size=32)
+    return len(texts) / (time.perf_counter() - start)
 
 
 class Server:
@@ -153,6 +167,7 @@ def main() -> None:
     results: dict[str, Any] = {"bundle": str(args.bundle), "beam": args.beam, "sentences": len(texts)}
     engine = engine_latency(args.bundle, texts, args.beam)
     results["engine_ms_median"] = statistics.median(engine) * 1000
+    results["offline_rps_batch32"] = offline_throughput(args.bundle, texts, args.beam)
     for batching in (True, False):
         server = Server(args.bundle, batching)
         try:
@@ -160,10 +175,10 @@ def main() -> None:
             if batching:
                 http = http_latency(server.port, texts, model, args.beam)
                 results["http_ms_median"] = statistics.median(http) * 1000
-            for clients in (1, 16):
-                results[f"rps_{clients}_batching_{key}"] = throughput(
-                    server.port, texts, model, args.beam, clients, args.seconds
-                )
+            for clients in (1, 16, 32, 64):
+                rps = throughput(server.port, texts, model, args.beam, clients, args.seconds)
+                results[f"rps_{clients}_batching_{key}"] = rps
+                results[f"ratio_{clients}_batching_{key}"] = rps / results["offline_rps_batch32"]
         finally:
             server.stop()
     results["http_overhead"] = results["http_ms_median"] / results["engine_ms_median"] - 1

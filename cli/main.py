@@ -38,6 +38,10 @@ def train(
     corpus: Annotated[Path | None, typer.Option(help="corpus TSV (default: the shared Tatoeba corpus)")] = None,
     epochs: Annotated[int | None, typer.Option(help="override [train] epochs")] = None,
     max_steps: Annotated[int | None, typer.Option(help="override [train] max_steps (0 = no limit)")] = None,
+    init_from: Annotated[
+        Path | None, typer.Option("--init-from", help="fine-tune: start from this checkpoint's weights and tokenizers")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores)")] = None,
 ) -> None:
     """Train a model: tokenizers, checkpoints, dev BLEU per epoch, early stop."""
     _training_side()
@@ -49,7 +53,15 @@ def train(
     overrides: dict[str, Any] = {k: v for k, v in {"epochs": epochs, "max_steps": max_steps}.items() if v is not None}
     try:
         run_config = load_run_config(config)
-        progress = run_training(run_config, out, resume=resume, corpus=corpus, train_overrides=overrides)
+        progress = run_training(
+            run_config,
+            out,
+            resume=resume,
+            corpus=corpus,
+            train_overrides=overrides,
+            init_from=init_from,
+            threads=threads,
+        )
     except (ConfigError, CorpusError, TrainError) as exc:
         _fail(str(exc))
         return

@@ -275,11 +275,15 @@ def train(
     resume: bool = False,
     corpus: Path | None = None,
     train_overrides: dict[str, Any] | None = None,
+    init_from: Path | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Train a run in `out_dir` (config.json, tokenizers/, best.pt, last.pt, history.jsonl).
 
-    `train_overrides` replace [train] settings (e.g. epochs, max_steps), also on resume."""
-    torch.set_num_threads(os.cpu_count() or 1)
+    `train_overrides` replace [train] settings (e.g. epochs, max_steps), also on resume.
+    `init_from` fine-tunes: a checkpoint's weights, model config and tokenizers start the run, with
+    a fresh optimizer and the [data]/[train] settings of `config` (e.g. name augmentation added)."""
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     if isinstance(config.model, TransformerConfig):
         longest = max(config.data.max_src_tokens, config.data.max_tgt_tokens)
         if config.model.max_positions < longest:
@@ -296,7 +300,15 @@ def train(
         raise TrainError(f"{out_dir} already holds a run; pass --resume to continue it or choose another --out")
     if train_overrides:
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, **train_overrides))
-    tokenizers = (resume_from.src_tokenizer, resume_from.tgt_tokenizer) if resume_from else None
+    start = resume_from
+    if init_from is not None and resume_from is None:
+        if not Path(init_from).is_file():
+            raise TrainError(f"nothing to fine-tune from: {init_from} does not exist")
+        start = load_checkpoint(init_from)
+        config = dataclasses.replace(config, model=start.config.model)
+        if (start.config.data.source, start.config.data.target) != (config.data.source, config.data.target):
+            raise TrainError(f"{init_from} translates {start.config.data.source}->{start.config.data.target}")
+    tokenizers = (start.src_tokenizer, start.tgt_tokenizer) if start else None
     random.seed(config.train.seed)
     data = prepare_data(config, corpus, tokenizers)
     config = dataclasses.replace(
@@ -308,6 +320,8 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_run_files(out_dir, config, data)
     trainer = Trainer(config, out_dir, data, resume_from)
+    if start is not None and resume_from is None:
+        trainer.model.load_state_dict(start.model.state_dict())
     return trainer.fit(config.train.max_steps)
 
 

@@ -1,0 +1,201 @@
+"""The three engines of the side-by-side benchmark behind one call: source ids in, target ids out.
+
+Every engine decodes the same weights: our onnxruntime engine (a bundle exported from the
+checkpoint), PyTorch eager (the checkpoint itself, KV-cache incremental decoding through the same
+search) and CTranslate2 (the checkpoint converted by `benchmarks.ct2_convert`). Each engine runs in
+its own worker process (`benchmarks.worker`), so imports stay apart: the onnxruntime worker never
+loads torch, and each worker's peak RSS is its own.
+
+`fixed` = n asks for exactly n generated tokens per sentence with EOS suppressed: the same work in
+every engine whatever the model would have said.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from service.engine.search import FloatArray, IntArray, StepModel, beam_search, greedy_search, max_output_length
+
+ALPHA = 0.0  # no length penalty: the engines' formulas differ, and raw log-probs mean the same everywhere
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which engine, on which artifact, with which threads: one worker process each."""
+
+    kind: str  # ort | torch | ct2
+    precision: str  # fp32 | int8
+    artifact: str  # bundle dir (ort), checkpoint file (torch), CTranslate2 model dir (ct2)
+    setting: str  # a name for the thread setting, e.g. "intra2", "split2x1", "mkl-intra1"
+    intra_threads: int = 1
+    inter_threads: int = 1  # ct2 inter_threads; for ort and torch: sessions splitting a batch
+    env: dict[str, str] = field(default_factory=dict)  # set before the engine's library is imported
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}-{self.precision}"
+
+
+class Engine(Protocol):
+    def translate(self, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int) -> list[list[int]]:
+        """Best hypothesis of each source (ids ending in EOS), without EOS."""
+        ...
+
+
+class _NoEos:
+    """Wraps a step model so EOS can never win: fixed-length work for the benchmark."""
+
+    def __init__(self, model: StepModel[Any], eos_id: int) -> None:
+        self.model, self.eos_id = model, eos_id
+
+    def step(self, tokens: IntArray, state: Any) -> tuple[FloatArray, FloatArray, Any]:
+        log_probs, attention, state = self.model.step(tokens, state)
+        log_probs[:, self.eos_id] = -np.inf
+        return log_probs, attention, state
+
+    def reorder(self, state: Any, rows: IntArray) -> Any:
+        return self.model.reorder(state, rows)
+
+
+def _search(
+    model: StepModel[Any], state: Any, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int
+) -> list[list[int]]:
+    """The service's own greedy/beam search, with the benchmark's length rule."""
+    eos, bos = 3, 2
+    if fixed is not None:
+        model, lengths = _NoEos(model, eos), np.full(len(src_ids), fixed, dtype=np.int64)
+    else:
+        lengths = np.array([max_output_length(len(s), max_target) for s in src_ids], dtype=np.int64)
+    if beam == 1:
+        best = greedy_search(model, state, lengths, bos, eos, ALPHA)
+    else:
+        best = [nbest[0] for nbest in beam_search(model, state, lengths, bos, eos, beam, 1, ALPHA)]
+    return [[t for t in h.tokens if t != eos] for h in best]
+
+
+def _split(src_ids: list[list[int]], parts: int) -> list[list[list[int]]]:
+    size = -(-len(src_ids) // parts)
+    return [src_ids[i : i + size] for i in range(0, len(src_ids), size)]
+
+
+def _parallel(workers: list[Any], src_ids: list[list[int]], call: Any) -> list[list[int]]:
+    """Split a batch across single-thread engines run on threads (their runtimes release the GIL)."""
+    chunks = _split(src_ids, len(workers))
+    if len(chunks) == 1:
+        return list(call(workers[0], chunks[0]))
+    results: list[list[list[int]]] = [[] for _ in chunks]
+
+    def run(i: int) -> None:
+        results[i] = call(workers[i], chunks[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(chunks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [ids for chunk in results for ids in chunk]
+
+
+class OrtEngine:
+    """Our engine: the bundle's ONNX graphs on onnxruntime, exactly as the service runs them."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        from service.engine.bundle import load_bundle  # noqa: PLC0415
+        from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig  # noqa: PLC0415
+
+        bundle = load_bundle(Path(spec.artifact))
+        config = SessionConfig(intra_op_threads=spec.intra_threads, inter_op_threads=1)
+        self.models = [OnnxSeq2Seq(bundle, config) for _ in range(spec.inter_threads)]
+
+    def translate(self, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int) -> list[list[int]]:
+        from service.engine.translator import pad_ids  # noqa: PLC0415
+
+        def one(model: Any, chunk: list[list[int]]) -> list[list[int]]:
+            ids, mask = pad_ids(chunk)  # (B, S)
+            return _search(model, model.encode(ids, mask), chunk, beam, fixed, max_target)
+
+        return _parallel(self.models, src_ids, one)
+
+
+class TorchEngine:
+    """PyTorch eager on the checkpoint: incremental decoding with the KV cache, the same search."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        import torch  # noqa: PLC0415
+
+        from models.checkpoint import load_checkpoint  # noqa: PLC0415
+
+        torch.set_num_threads(spec.intra_threads)
+        model = load_checkpoint(spec.artifact).model.eval()
+        if spec.precision == "int8":
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)  # type: ignore[no-untyped-call]
+        self.model, self.torch = model, torch
+
+    def translate(self, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int) -> list[list[int]]:
+        from models.batching import pad  # noqa: PLC0415
+        from models.decoding import TorchState, TorchStepModel  # noqa: PLC0415
+
+        with self.torch.inference_mode():
+            ids, mask = pad(src_ids)  # (B, S)
+            enc = self.model.encode(ids, mask)
+            state = TorchState(enc.statics, mask, enc.state)
+            return _search(TorchStepModel(self.model), state, src_ids, beam, fixed, max_target)
+
+
+class Ct2Engine:
+    """CTranslate2 on the converted checkpoint (its own C++ search)."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        os.environ.update(spec.env)  # CT2_USE_MKL is read when the library loads
+        import ctranslate2  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        from benchmarks.ct2_convert import ids_to_tokens, read_vocabularies, tokens_to_ids  # noqa: PLC0415
+
+        compute_type = "int8" if spec.precision == "int8" else "float32"
+        self.translator = ctranslate2.Translator(
+            spec.artifact,
+            device="cpu",
+            compute_type=compute_type,
+            intra_threads=spec.intra_threads,
+            inter_threads=spec.inter_threads,
+        )
+        self.inter = spec.inter_threads
+        self.to_tokens, self.to_ids = ids_to_tokens, tokens_to_ids
+        source, target = read_vocabularies(Path(spec.artifact))
+        self.source_vocab, self.target_index = source, {t: i for i, t in enumerate(target)}
+
+    def translate(self, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int) -> list[list[int]]:
+        source = [self.to_tokens(ids, self.source_vocab) for ids in src_ids]
+        # min_decoding_length=0: CTranslate2's default of 1 masks EOS before the softmax at step 0, which
+        # changes scores; its max is one value per batch (ours is per sentence: the longest is used)
+        lengths: dict[str, Any] = (
+            {"min_decoding_length": fixed, "max_decoding_length": fixed}
+            if fixed is not None
+            else {
+                "min_decoding_length": 0,
+                "max_decoding_length": max(max_output_length(len(s), max_target) for s in src_ids),
+            }
+        )
+        results = self.translator.translate_batch(
+            source,
+            beam_size=beam,
+            length_penalty=ALPHA,
+            max_batch_size=-(-len(source) // self.inter),
+            **lengths,
+        )
+        return [self.to_ids(r.hypotheses[0], self.target_index) for r in results]
+
+
+def load_engine(spec: EngineSpec) -> Engine:
+    engines: dict[str, type[OrtEngine] | type[TorchEngine] | type[Ct2Engine]] = {
+        "ort": OrtEngine,
+        "torch": TorchEngine,
+        "ct2": Ct2Engine,
+    }
+    return engines[spec.kind](spec)
