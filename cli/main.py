@@ -142,6 +142,31 @@ def export(
     typer.echo(m.model_dump_json(indent=2, include={"parity", "quantization", "quality"}))
 
 
+@app.command("import-bundle")
+def import_bundle(
+    bundle: Annotated[Path, typer.Argument(help="a bundle directory, e.g. bundles/en-zh")],
+    out: Annotated[Path, typer.Option("--out", help="run directory to write best.pt into")],
+    config: Annotated[Path, typer.Option(help="run config TOML for [data] and [train]; the [model] is the bundle's")],
+) -> None:
+    """Rebuild a PyTorch checkpoint from a bundle's graphs, to fine-tune or benchmark a shipped model."""
+    _training_side()
+    from export.bundle_import import BundleImportError
+    from export.bundle_import import import_bundle as run_import
+    from models.checkpoint import save_checkpoint
+    from models.config import ConfigError, load_run_config
+    from service.engine.errors import EngineError
+
+    if (out / "best.pt").exists():
+        _fail(f"{out / 'best.pt'} exists; choose another --out")
+    try:
+        ckpt = run_import(bundle, load_run_config(config))
+    except (BundleImportError, ConfigError, EngineError) as exc:
+        _fail(str(exc))
+        return
+    save_checkpoint(out / "best.pt", ckpt)
+    typer.echo(f"wrote {out / 'best.pt'} from {bundle} ({ckpt.progress['quantization']} weights)")
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="interface to bind (MT_HOST; default 127.0.0.1)")] = None,

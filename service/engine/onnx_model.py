@@ -40,6 +40,7 @@ class OnnxState:
     statics: dict[str, npt.NDArray[Any]]  # encoder outputs the decoder reads every step, (N, ...)
     state: dict[str, npt.NDArray[Any]]  # decoder state inputs, batch on their spec's axis
     extras: dict[str, npt.NDArray[Any]] = field(default_factory=dict)  # other encoder outputs
+    origin: IntArray | None = None  # (N,) the encoded sentence of each row; None: row i is sentence i
 
 
 def make_session(path: str, config: SessionConfig) -> ort.InferenceSession:
@@ -107,7 +108,7 @@ class OnnxSeq2Seq:
         feeds = {"prev_tokens": tokens, "src_pad_mask": state.src_pad_mask, **state.statics, **state.state}
         outputs = dict(zip(self.output_names, self.decoder.run(self.output_names, feeds), strict=True))
         new_state = {spec.input: outputs[spec.output] for spec in self.state_specs}
-        return outputs, OnnxState(state.src_pad_mask, state.statics, new_state, state.extras)
+        return outputs, OnnxState(state.src_pad_mask, state.statics, new_state, state.extras, state.origin)
 
     def step(self, tokens: IntArray, state: OnnxState) -> tuple[FloatArray, FloatArray, OnnxState]:
         outputs, new_state = self.run_step(tokens, state)
@@ -115,9 +116,16 @@ class OnnxSeq2Seq:
         return suppress(outputs["log_probs"], (special.pad, special.bos)), outputs["cross_attention"], new_state
 
     def reorder(self, state: OnnxState, rows: IntArray) -> OnnxState:
+        """Select state rows. The per-source tensors (cross-attention keys and values, the mask) follow
+        only the sentence of each row: a beam reshuffle within sentences leaves them as they are,
+        which saves copying them every beam step."""
+        origin = np.arange(len(state.src_pad_mask)) if state.origin is None else state.origin
+        new_origin = origin[rows]
+        same_sources = len(new_origin) == len(origin) and bool(np.array_equal(new_origin, origin))
         return OnnxState(
-            src_pad_mask=state.src_pad_mask[rows],
-            statics={k: v[rows] for k, v in state.statics.items()},
+            src_pad_mask=state.src_pad_mask if same_sources else state.src_pad_mask[rows],
+            statics=state.statics if same_sources else {k: v[rows] for k, v in state.statics.items()},
             state={s.input: np.take(state.state[s.input], rows, axis=s.batch_axis) for s in self.state_specs},
             extras=state.extras,
+            origin=new_origin,
         )
