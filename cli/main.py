@@ -142,6 +142,25 @@ def export(
     typer.echo(m.model_dump_json(indent=2, include={"parity", "quantization", "quality"}))
 
 
+@app.command()
+def average(
+    checkpoints: Annotated[list[Path], typer.Argument(help="checkpoints of one run, e.g. its last few epochs")],
+    out: Annotated[Path, typer.Option("--out", help="run directory to write best.pt into")],
+) -> None:
+    """Average checkpoints' weights into one (usually a little better than any of them)."""
+    _training_side()
+    from models.average import AverageError, average_to
+
+    if (out / "best.pt").exists():
+        _fail(f"{out / 'best.pt'} exists; choose another --out")
+    try:
+        average_to(checkpoints, out / "best.pt")
+    except AverageError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(f"wrote {out / 'best.pt'}: the mean of {len(checkpoints)} checkpoints")
+
+
 @app.command("import-bundle")
 def import_bundle(
     bundle: Annotated[Path, typer.Argument(help="a bundle directory, e.g. bundles/en-zh")],

@@ -86,6 +86,7 @@ def export_run(run_dir: Path, out: Path, options: ExportOptions = ExportOptions(
         if options.alignment:
             fields["attention_view"] = default_view(final, splits["test"])
             write_manifest(staged, fields)
+            final = Translator(load_bundle(staged))  # the beam's coverage penalty reads the chosen view
         if options.quality_split:
             fields["quality"] = _quality(
                 final,
@@ -139,6 +140,11 @@ def _quantize(
     return int8_dir
 
 
+def options_for(beam: int) -> SearchOptions:
+    """The service's search at this beam size: the quality figures are what users get."""
+    return SearchOptions(beam_size=beam)
+
+
 def _quality(
     translator: Translator, pairs: list[Pair], split: str, beams: tuple[int, ...], source: str, target: str
 ) -> list[Score]:
@@ -146,7 +152,7 @@ def _quality(
     digest = hashlib.sha256("\n".join(f"{s}\t{r}" for s, r in zip(sources, references, strict=True)).encode())
     scores = []
     for beam in beams:
-        hyps = translator.translate_texts(sources, SearchOptions(beam_size=beam))
+        hyps = translator.translate_texts(sources, options_for(beam))
         result = score(hyps, references, target)
         scores.append(
             Score(
@@ -154,6 +160,8 @@ def _quality(
                 sentences=len(pairs),
                 sha256=digest.hexdigest(),
                 beam=beam,
+                alpha=options_for(beam).alpha,
+                coverage_penalty=options_for(beam).coverage_penalty,
                 bleu=result["bleu"],
                 chrf=result["chrf"],
                 bleu_tokenize=bleu_tokenize(target),

@@ -117,6 +117,8 @@ class Score(Strict):
     sentences: int
     sha256: str  # of the sources and references scored
     beam: int
+    alpha: float | None = None  # length penalty of the search (None: recorded before it was)
+    coverage_penalty: float | None = None
     bleu: float
     chrf: float
     bleu_tokenize: str

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -83,6 +83,21 @@ def length_penalty(length: int, alpha: float) -> float:
     return float(((5.0 + length) / 6.0) ** alpha) if alpha else 1.0
 
 
+Coverage = Callable[[FloatArray], float]  # a hypothesis's attention (T, ...) -> score bonus (<= 0)
+
+
+def coverage_penalty(coverage: npt.NDArray[np.floating[Any]], beta: float) -> float:
+    """GNMT's beta * sum_j log(min(sum_i a_ij, 1)) from the (T, S) attention a hypothesis paid.
+
+    It lowers the score of a hypothesis that left source tokens unattended, i.e. dropped them.
+    Padding has exactly zero weight in every row (masked before the softmax) and is skipped, so
+    the penalty counts real source tokens only.
+    """
+    total = coverage.sum(axis=0)  # (S,)
+    real = total[total > 0]
+    return beta * float(np.log(np.minimum(real, 1.0)).sum()) if beta else 0.0
+
+
 @dataclass
 class _Trace:
     """Per-step records that let a hypothesis be rebuilt by following back-pointers."""
@@ -110,8 +125,11 @@ def greedy_search(
     bos_id: int,
     eos_id: int,
     alpha: float = 0.0,
+    coverage: Coverage | None = None,
 ) -> list[Hypothesis]:
-    """Pick the most likely token at every step; rows leave the batch as they finish."""
+    """Pick the most likely token at every step; rows leave the batch as they finish.
+
+    `coverage` does not change the choice here, only the score, so scores compare with beam's."""
     B = len(max_lengths)
     rows = np.arange(B)  # sentence of each row still decoding
     tokens = np.full(B, bos_id, dtype=np.int64)  # (N,)
@@ -136,16 +154,13 @@ def greedy_search(
             rows, tokens = rows[keep_rows], tokens[keep_rows]
             if len(rows):
                 state = model.reorder(state, keep_rows)
-    return [
-        Hypothesis(
-            tokens=out_tokens[b],
-            token_log_probs=out_log_probs[b],
-            attention=np.stack(out_attention[b]),
-            score=sum(out_log_probs[b]) / length_penalty(len(out_tokens[b]), alpha),
-            finished=done[b],
-        )
-        for b in range(B)
-    ]
+    hyps = []
+    for b in range(B):
+        attention = np.stack(out_attention[b])
+        score = sum(out_log_probs[b]) / length_penalty(len(out_tokens[b]), alpha)
+        bonus = coverage(attention) if coverage else 0.0
+        hyps.append(Hypothesis(out_tokens[b], out_log_probs[b], attention, score + bonus, done[b]))
+    return hyps
 
 
 def beam_search(
@@ -157,16 +172,20 @@ def beam_search(
     beam_size: int = 4,
     n_best: int = 1,
     alpha: float = 0.0,
+    coverage: Coverage | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over B sentences at once; returns the n_best hypotheses of each, best first.
 
+    A finished hypothesis scores its log-prob over the length penalty, plus `coverage` of its
+    attention (GNMT's rescoring: coverage_penalty), so a hypothesis that drops words ranks lower.
     A sentence is done when its best candidate of a step ends in EOS and it has n_best finished
-    hypotheses, or when it reaches its max length (those hypotheses are marked unfinished).
+    hypotheses, or when it reaches its max length (those hypotheses are marked unfinished). With
+    `coverage`, it is done once it has beam_size finished hypotheses instead.
     Beam size 1 gives exactly what greedy search gives.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be in 1..beam_size ({beam_size}), got {n_best}")
-    search = _BeamSearch(len(max_lengths), beam_size, n_best, eos_id, alpha, bos_id)
+    search = _BeamSearch(len(max_lengths), beam_size, n_best, eos_id, alpha, bos_id, coverage)
     return search.run(model, state, max_lengths)
 
 
@@ -176,8 +195,10 @@ _Candidate = tuple[int, int, float]  # (row, token, cumulative log-prob)
 class _BeamSearch:
     """The bookkeeping of one beam_search call: the trace, finished hypotheses, alive beams."""
 
-    def __init__(self, batch: int, beam: int, n_best: int, eos_id: int, alpha: float, bos_id: int) -> None:
-        self.K, self.n_best, self.eos_id, self.alpha = beam, n_best, eos_id, alpha
+    def __init__(
+        self, batch: int, beam: int, n_best: int, eos_id: int, alpha: float, bos_id: int, coverage: Coverage | None
+    ) -> None:
+        self.K, self.n_best, self.eos_id, self.alpha, self.coverage = beam, n_best, eos_id, alpha, coverage
         N = batch * beam
         self.trace = _Trace([np.full(N, bos_id, dtype=np.int64)], [np.zeros(N, np.float32)], [np.arange(N)], [])
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -230,11 +251,16 @@ class _BeamSearch:
             if token == self.eos_id or last_step:
                 tokens, log_probs_, attention = self.trace.rebuild(t, row, token, float(log_probs[row, token]))
                 normalised = score / length_penalty(len(tokens), self.alpha)
+                if self.coverage is not None:
+                    normalised += self.coverage(attention)
                 finished.append(Hypothesis(tokens, log_probs_, attention, normalised, token == self.eos_id))
             else:
                 alive.append((row, token, score))
-        best_ended = candidates[0][1] == self.eos_id and len(finished) >= self.n_best
-        if last_step or best_ended or not alive:
+        if self.coverage is None:
+            done = candidates[0][1] == self.eos_id and len(finished) >= self.n_best
+        else:  # rescoring can promote a longer hypothesis: wait for K finished ones, as fairseq does
+            done = len(finished) >= self.K
+        if last_step or done or not alive:
             return []
         dead = (alive[0][0], alive[0][1], -np.inf)  # pads the beam; never chosen again
         return alive + [dead] * (self.K - len(alive))

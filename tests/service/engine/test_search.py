@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from service.engine.search import Hypothesis, beam_search, greedy_search, length_penalty
+from service.engine.search import Hypothesis, beam_search, coverage_penalty, greedy_search, length_penalty
 
 BOS, EOS, V = 2, 3, 8
 
@@ -168,3 +168,36 @@ def test_length_penalty() -> None:
     assert length_penalty(7, 0.0) == 1.0
     assert length_penalty(1, 1.0) == pytest.approx(1.0)
     assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
+
+
+def test_coverage_penalty_counts_unattended_real_tokens_only() -> None:
+    full = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])  # (T, S); the last column is padding
+    assert coverage_penalty(full, 0.2) == 0.0
+    dropped = np.array([[0.9, 0.1, 0.0], [0.9, 0.1, 0.0], [0.9, 0.1, 0.0]])  # token 1 got 0.3 in all
+    assert coverage_penalty(dropped, 0.2) == pytest.approx(0.2 * np.log(0.3))  # over-coverage is capped at 1
+    assert coverage_penalty(dropped, 0.0) == 0.0
+
+
+class TwoWordSource(ScriptedModel):
+    """Two source tokens. The step fed token 5 attends to source token 0, fed 6 to source token 1,
+    fed anything else (BOS) evenly."""
+
+    @staticmethod
+    def attention_of(history: tuple[int, ...]) -> np.ndarray:
+        last = history[-1]
+        return np.array({5: [1.0, 0.0], 6: [0.0, 1.0]}.get(last, [0.5, 0.5]), dtype=np.float32)
+
+
+def test_coverage_ranks_down_a_hypothesis_that_drops_a_word() -> None:
+    # [5, EOS] is likelier but never attends to source token 1; [5, 6, EOS] covers both.
+    table = {(): {5: 0.9}, (5,): {EOS: 0.6, 6: 0.4}, (5, 6): {EOS: 0.9}}
+
+    def cov(attention: np.ndarray) -> float:
+        return coverage_penalty(attention, 1.0)
+
+    [[plain]] = beam_search(TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, beam_size=2)
+    [[covered]] = beam_search(TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, beam_size=2, coverage=cov)
+    assert plain.tokens == [5, EOS]
+    assert covered.tokens == [5, 6, EOS]
+    [greedy] = greedy_search(TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, coverage=cov)
+    assert greedy.tokens == [5, EOS] and greedy.score < greedy.log_prob  # greedy's choice stays; its score pays
