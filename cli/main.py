@@ -143,6 +143,25 @@ def export(
 
 
 @app.command()
+def rescore(
+    bundle: Annotated[Path, typer.Argument(help="a bundle directory, e.g. bundles/zh-en")],
+    corpus: Annotated[Path | None, typer.Option(help="corpus TSV (default: the shared Tatoeba corpus)")] = None,
+) -> None:
+    """Re-measure a bundle's test BLEU (greedy, beam 4) with the current search, into its manifest."""
+    _training_side()
+    from export.pipeline import rescore_bundle
+    from models.data import CorpusError
+    from service.engine.errors import EngineError
+
+    try:
+        written = rescore_bundle(bundle, corpus)
+    except (CorpusError, EngineError) as exc:
+        _fail(str(exc))
+        return
+    typer.echo(written.manifest.model_dump_json(indent=2, include={"quality"}))
+
+
+@app.command()
 def average(
     checkpoints: Annotated[list[Path], typer.Argument(help="checkpoints of one run, e.g. its last few epochs")],
     out: Annotated[Path, typer.Option("--out", help="run directory to write best.pt into")],

@@ -242,3 +242,25 @@ def _manifest_fields(ckpt: Checkpoint, io: FamilyIO, name: str, checkpoint_path:
             train_seconds=ckpt.progress.get("train_seconds"),
         ),
     }
+
+
+def rescore_bundle(bundle_dir: Path, corpus: Path | None = None, beams: tuple[int, ...] = (1, 4)) -> Bundle:
+    """Re-measure a bundle's test quality through the current engine and search, into its manifest.
+
+    For when the search changes (e.g. a new penalty) and the recorded figures would no longer be
+    what users get. Graphs and tokenizers are untouched; the manifest is rewritten atomically.
+    """
+    bundle = load_bundle(bundle_dir)
+    m = bundle.manifest
+    test = split_corpus(read_corpus(corpus or default_corpus_path()))["test"]
+    scores = _quality(Translator(bundle), test, "test", beams, m.source_lang, m.target_lang)
+    fields = m.model_dump(exclude={"files"})
+    fields["quality"] = scores
+    staged = staging_dir(bundle_dir)
+    try:
+        for name in m.files:
+            shutil.copy2(bundle_dir / name, staged / name)
+        write_manifest(staged, fields)
+        return place(staged, bundle_dir, force=True)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)

@@ -34,8 +34,15 @@ class RNNConfig:
     attention: str = "additive"
     attn_dim: int = 256  # additive attention's hidden size
     dropout: float = 0.2
+    # Which decoder state asks the attention question at step i: "previous" = s_{i-1}, with the
+    # context fed into the GRU (Bahdanau et al. 2015); "current" = s_i after the GRU has read
+    # y_{i-1}, the context going only to the output (Luong et al. 2015). The second trains
+    # faster (the decoder GRU runs over the whole target at once) and aligns with the word it emits.
+    query: str = "previous"
 
     def __post_init__(self) -> None:
+        if self.query not in ("previous", "current"):
+            raise ConfigError(f"model.query is {self.query!r}; choose previous or current")
         if self.attention not in SCORE_FUNCTIONS:
             raise ConfigError(f"model.attention is {self.attention!r}; choose one of {SCORE_FUNCTIONS}")
         if self.attention in ("dot", "scaled_dot", "cosine") and self.dec_hidden != 2 * self.enc_hidden:

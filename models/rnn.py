@@ -1,7 +1,9 @@
-"""The RNN family: bidirectional GRU encoder, GRU decoder with attention (Bahdanau's layout).
+"""The RNN family: bidirectional GRU encoder, GRU decoder with attention.
 
-At step i the attention reads the previous decoder state s_{i-1}, the context c_i = sum_j a_ij h_j
-feeds the GRU with the previous target embedding, and the output layer sees [s_i; c_i; y_{i-1}].
+Two layouts (`query`). Bahdanau's ("previous"): at step i the attention reads the previous decoder
+state s_{i-1}, the context c_i = sum_j a_ij h_j feeds the GRU with the previous target embedding.
+Luong's ("current"): the GRU reads y_{i-1} first and the attention reads the new state s_i. In
+both the output layer sees [s_i; c_i; y_{i-1}].
 
 Legend: B batch, S source length, T target length, E embedding, H encoder hidden per direction,
 M = 2H memory size, D decoder hidden, V vocabulary.
@@ -56,15 +58,22 @@ class GRUEncoder(nn.Module):
 
 
 class GRUDecoder(nn.Module):
-    """GRU decoder taking [y_{i-1}; c_i], with attention from its previous state."""
+    """GRU decoder: Bahdanau's (GRU takes [y_{i-1}; c_i], attention from s_{i-1}) or Luong's
+    (GRU takes y_{i-1}, attention from s_i)."""
 
     def __init__(self, cfg: RNNConfig) -> None:
         super().__init__()
         memory_dim = 2 * cfg.enc_hidden
+        self.query = cfg.query
         self.embed = nn.Embedding(cfg.tgt_vocab, cfg.emb_dim, padding_idx=PAD_ID)
         self.attention = Attention(cfg.attention, cfg.dec_hidden, memory_dim, cfg.attn_dim)
         self.init_state = nn.Linear(memory_dim, cfg.dec_hidden)
-        self.cell = nn.GRUCell(cfg.emb_dim + memory_dim, cfg.dec_hidden)
+        self.cell: nn.GRUCell | None = None
+        self.gru: nn.GRU | None = None
+        if cfg.query == "previous":
+            self.cell = nn.GRUCell(cfg.emb_dim + memory_dim, cfg.dec_hidden)
+        else:  # one GRU over the whole target in training, one step of it when decoding
+            self.gru = nn.GRU(cfg.emb_dim, cfg.dec_hidden, batch_first=True)
         self.pre_output = nn.Linear(cfg.dec_hidden + memory_dim + cfg.emb_dim, cfg.emb_dim)
         self.output = nn.Linear(cfg.emb_dim, cfg.tgt_vocab)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -79,10 +88,38 @@ class GRUDecoder(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """prev_tokens (B,), hidden (B, D) -> logits (B, V), new hidden (B, D), weights (B, S)."""
         emb = self.dropout(self.embed(prev_tokens))  # (B, E)
-        context, weights = self.attention(hidden, keys, memory, src_pad_mask)  # (B, M), (B, S)
-        hidden = self.cell(torch.cat([emb, context], dim=-1), hidden)  # (B, D)
-        features = torch.tanh(self.pre_output(torch.cat([hidden, context, emb], dim=-1)))  # (B, E)
-        return self.output(self.dropout(features)), hidden, weights
+        if self.cell is not None:
+            context, weights = self.attention(hidden, keys, memory, src_pad_mask)  # (B, M), (B, S)
+            hidden = self.cell(torch.cat([emb, context], dim=-1), hidden)  # (B, D)
+        else:
+            assert self.gru is not None
+            hidden = self.gru(emb.unsqueeze(1), hidden.unsqueeze(0))[1].squeeze(0)  # (B, D)
+            context, weights = self.attention(hidden, keys, memory, src_pad_mask)  # (B, M), (B, S)
+        return self.readout(hidden, context, emb), hidden, weights
+
+    def readout(self, hidden: Tensor, context: Tensor, emb: Tensor) -> Tensor:
+        """[s_i; c_i; y_{i-1}] (..., D + M + E) -> logits (..., V)."""
+        features = torch.tanh(self.pre_output(torch.cat([hidden, context, emb], dim=-1)))  # (..., E)
+        return self.output(self.dropout(features))
+
+    def teacher_forced(
+        self, tgt_in: Tensor, hidden: Tensor, keys: Tensor, memory: Tensor, src_pad_mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Luong's layout over a whole target at once: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S)."""
+        assert self.gru is not None
+        B, T = tgt_in.shape
+        emb = self.dropout(self.embed(tgt_in))  # (B, T, E)
+        states, _ = self.gru(emb, hidden.unsqueeze(0))  # (B, T, D)
+        S = keys.shape[1]
+
+        def per_step(x: Tensor) -> Tensor:  # (B, S, ...) -> (B·T, S, ...): every step sees its sentence
+            return x.unsqueeze(1).expand(B, T, *x.shape[1:]).reshape(B * T, S, *x.shape[2:])
+
+        context, weights = self.attention(
+            states.reshape(B * T, -1), per_step(keys), per_step(memory), per_step(src_pad_mask)
+        )  # (B·T, M), (B·T, S)
+        logits = self.readout(states, context.view(B, T, -1), emb)  # (B, T, V)
+        return logits, weights.view(B, T, S)
 
 
 class RNNSeq2Seq(nn.Module):
@@ -116,6 +153,9 @@ class RNNSeq2Seq(nn.Module):
         """Teacher forcing: tgt_in (B, T) starts with BOS -> logits (B, T, V)."""
         enc = self.encode(src_ids, src_pad_mask)
         keys, memory, hidden = enc.statics["keys"], enc.statics["memory"], enc.state["hidden"]
+        if self.decoder.gru is not None:
+            all_logits, all_weights = self.decoder.teacher_forced(tgt_in, hidden, keys, memory, src_pad_mask)
+            return ForwardOutput(logits=all_logits, cross_attention=all_weights[:, None, None])  # (B, 1, 1, T, S)
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
             step_logits, hidden, step_weights = self.decoder.step(tgt_in[:, t], hidden, keys, memory, src_pad_mask)

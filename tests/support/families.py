@@ -33,6 +33,17 @@ def tiny_configs(dropout: float = 0.0) -> dict[str, ModelConfig]:
         attn_dim=10,
         dropout=dropout,
     )
+    cases["rnn-luong"] = RNNConfig(
+        src_vocab=SRC_VOCAB,
+        tgt_vocab=TGT_VOCAB,
+        emb_dim=16,
+        enc_hidden=12,
+        dec_hidden=24,
+        attention="additive",
+        attn_dim=10,
+        dropout=dropout,
+        query="current",
+    )
     cases["transformer"] = TransformerConfig(
         src_vocab=SRC_VOCAB,
         tgt_vocab=TGT_VOCAB,
