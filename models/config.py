@@ -39,10 +39,15 @@ class RNNConfig:
     # y_{i-1}, the context going only to the output (Luong et al. 2015). The second trains
     # faster (the decoder GRU runs over the whole target at once) and aligns with the word it emits.
     query: str = "previous"
+    # The decoder's first state: "mean" = tanh(W mean_j h_j), a summary of the source; "zero" = 0,
+    # so even the first word's evidence must come through the attention (and shows in it).
+    init: str = "mean"
 
     def __post_init__(self) -> None:
         if self.query not in ("previous", "current"):
             raise ConfigError(f"model.query is {self.query!r}; choose previous or current")
+        if self.init not in ("mean", "zero"):
+            raise ConfigError(f"model.init is {self.init!r}; choose mean or zero")
         if self.attention not in SCORE_FUNCTIONS:
             raise ConfigError(f"model.attention is {self.attention!r}; choose one of {SCORE_FUNCTIONS}")
         if self.attention in ("dot", "scaled_dot", "cosine") and self.dec_hidden != 2 * self.enc_hidden:

@@ -67,7 +67,8 @@ class GRUDecoder(nn.Module):
         self.query = cfg.query
         self.embed = nn.Embedding(cfg.tgt_vocab, cfg.emb_dim, padding_idx=PAD_ID)
         self.attention = Attention(cfg.attention, cfg.dec_hidden, memory_dim, cfg.attn_dim)
-        self.init_state = nn.Linear(memory_dim, cfg.dec_hidden)
+        self.dec_hidden = cfg.dec_hidden
+        self.init_state = nn.Linear(memory_dim, cfg.dec_hidden) if cfg.init == "mean" else None
         self.cell: nn.GRUCell | None = None
         self.gru: nn.GRU | None = None
         if cfg.query == "previous":
@@ -79,7 +80,9 @@ class GRUDecoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def initial_hidden(self, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
-        """s_0 = tanh(W mean_j h_j) over real positions: (B, S, M) -> (B, D)."""
+        """s_0 = tanh(W mean_j h_j) over real positions, or zeros: (B, S, M) -> (B, D)."""
+        if self.init_state is None:
+            return memory.new_zeros(memory.shape[0], self.dec_hidden)  # (B, D)
         lengths = (~src_pad_mask).sum(dim=1, keepdim=True).clamp(min=1)  # (B, 1)
         return torch.tanh(self.init_state(memory.sum(dim=1) / lengths))
 

@@ -43,6 +43,7 @@ def tiny_configs(dropout: float = 0.0) -> dict[str, ModelConfig]:
         attn_dim=10,
         dropout=dropout,
         query="current",
+        init="zero",
     )
     cases["transformer"] = TransformerConfig(
         src_vocab=SRC_VOCAB,
