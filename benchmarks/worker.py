@@ -35,7 +35,13 @@ class Result:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    """This process's peak resident memory since exec. Not getrusage's ru_maxrss: Linux keeps that
+    across fork and exec, so every spawned worker would report its parent's peak."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: the best there is
 
 
 def _serve(conn: Connection, spec: EngineSpec) -> None:
