@@ -67,7 +67,7 @@ EN_ZH = [pytest.param(n, marks=RNN_GAP) if n == "en-zh-rnn" else n for n in SHIP
 
 @pytest.mark.parametrize("name", EN_ZH)
 def test_the_tutorial_example_attends_to_the_names(name: str) -> None:
-    """"Tom chases Jerry." -> 汤姆 ... 杰瑞, and each name's first token attends most to its English name."""
+    """The tutorial example: 汤姆 ... 杰瑞, and each name's first token attends most to its English name."""
     t = translate(name, SEED)
     assert "汤姆" in t["text"] and "杰瑞" in t["text"], t["text"]
     assert _attends_to(t, "汤姆", "Tom", SEED)

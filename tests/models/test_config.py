@@ -38,9 +38,9 @@ def test_invalid_values_are_explained() -> None:
         RNNConfig(attention="dot", enc_hidden=64, dec_hidden=100)
     with pytest.raises(ConfigError, match="divisible"):
         TransformerConfig(d_model=30, heads=4)
-    with pytest.raises(ConfigError, match="model.query is 'next'; choose previous or current"):
+    with pytest.raises(ConfigError, match=r"model\.query is 'next'; choose previous or current"):
         RNNConfig(query="next")
-    with pytest.raises(ConfigError, match="model.init is 'last'; choose mean or zero"):
+    with pytest.raises(ConfigError, match=r"model\.init is 'last'; choose mean or zero"):
         RNNConfig(init="last")
     with pytest.raises(ConfigError, match="en and zh"):
         run_config_from_dict({"model": {"family": "rnn"}, "data": {"source": "en", "target": "en"}})
