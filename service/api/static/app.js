@@ -166,8 +166,11 @@ function setupViewControls(model) {
   if (!transformer) return;
   const layer = model.attention_view.layer < 0 ? model.layers + model.attention_view.layer : model.attention_view.layer;
   $("layer").replaceChildren(...Array.from({ length: model.layers }, (_, i) => new Option(`layer ${i}`, i, i === layer, i === layer)));
-  const heads = [new Option("mean of heads", "mean"), new Option("all heads", "all")];
-  for (let h = 0; h < model.heads; h++) heads.push(new Option(`head ${h}`, h));
+  // start on the bundle's default view, the one /v1/translate's matrix was drawn with
+  const chosen = String(model.attention_view.heads);
+  const option = (text, value) => new Option(text, value, String(value) === chosen, String(value) === chosen);
+  const heads = [option("mean of heads", "mean"), new Option("all heads", "all")];
+  for (let h = 0; h < model.heads; h++) heads.push(option(`head ${h}`, h));
   $("head").replaceChildren(...heads);
 }
 
