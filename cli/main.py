@@ -20,6 +20,14 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+def _new_checkpoint(out: Path) -> Path:
+    """`out`/best.pt, refusing to overwrite one: a checkpoint may be the only copy of a run."""
+    path = out / "best.pt"
+    if path.exists():
+        _fail(f"{path} exists; choose another --out")
+    return path
+
+
 def _training_side() -> None:
     """train, evaluate and export need torch and models/, which the serving image leaves out."""
     try:
@@ -170,14 +178,13 @@ def average(
     _training_side()
     from models.average import AverageError, average_to
 
-    if (out / "best.pt").exists():
-        _fail(f"{out / 'best.pt'} exists; choose another --out")
+    path = _new_checkpoint(out)
     try:
-        average_to(checkpoints, out / "best.pt")
+        average_to(checkpoints, path)
     except AverageError as exc:
         _fail(str(exc))
         return
-    typer.echo(f"wrote {out / 'best.pt'}: the mean of {len(checkpoints)} checkpoints")
+    typer.echo(f"wrote {path}: the mean of {len(checkpoints)} checkpoints")
 
 
 @app.command("import-bundle")
@@ -194,15 +201,14 @@ def import_bundle(
     from models.config import ConfigError, load_run_config
     from service.engine.errors import EngineError
 
-    if (out / "best.pt").exists():
-        _fail(f"{out / 'best.pt'} exists; choose another --out")
+    path = _new_checkpoint(out)
     try:
         ckpt = run_import(bundle, load_run_config(config))
     except (BundleImportError, ConfigError, EngineError) as exc:
         _fail(str(exc))
         return
-    save_checkpoint(out / "best.pt", ckpt)
-    typer.echo(f"wrote {out / 'best.pt'} from {bundle} ({ckpt.progress['quantization']} weights)")
+    save_checkpoint(path, ckpt)
+    typer.echo(f"wrote {path} from {bundle} ({ckpt.progress['quantization']} weights)")
 
 
 @app.command()

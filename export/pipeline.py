@@ -152,7 +152,8 @@ def _quality(
     digest = hashlib.sha256("\n".join(f"{s}\t{r}" for s, r in zip(sources, references, strict=True)).encode())
     scores = []
     for beam in beams:
-        hyps = translator.translate_texts(sources, options_for(beam))
+        options = options_for(beam)
+        hyps = translator.translate_texts(sources, options)
         result = score(hyps, references, target)
         scores.append(
             Score(
@@ -160,8 +161,8 @@ def _quality(
                 sentences=len(pairs),
                 sha256=digest.hexdigest(),
                 beam=beam,
-                alpha=options_for(beam).alpha,
-                coverage_penalty=options_for(beam).coverage_penalty,
+                alpha=options.alpha,
+                coverage_penalty=options.coverage_penalty,
                 bleu=result["bleu"],
                 chrf=result["chrf"],
                 bleu_tokenize=bleu_tokenize(target),

@@ -33,7 +33,8 @@ def average_checkpoints(paths: list[Path]) -> Checkpoint:
             raise AverageError(f"{path}: different tokenizers from {paths[0]}")
         for key, value in other.model.state_dict().items():
             total[key] += value.double()
-    state = {k: (v / len(paths)).to(first.model.state_dict()[k].dtype) for k, v in total.items()}
+    dtypes = {k: v.dtype for k, v in first.model.state_dict().items()}
+    state = {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
     first.model.load_state_dict(state)
     first.model.eval()
     first.progress = {**first.progress, "averaged_from": [str(p) for p in paths]}

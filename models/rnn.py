@@ -64,7 +64,6 @@ class GRUDecoder(nn.Module):
     def __init__(self, cfg: RNNConfig) -> None:
         super().__init__()
         memory_dim = 2 * cfg.enc_hidden
-        self.query = cfg.query
         self.embed = nn.Embedding(cfg.tgt_vocab, cfg.emb_dim, padding_idx=PAD_ID)
         self.attention = Attention(cfg.attention, cfg.dec_hidden, memory_dim, cfg.attn_dim)
         self.dec_hidden = cfg.dec_hidden

@@ -237,10 +237,8 @@ class _BeamSearch:
             still_active = []
             for a, sentence in enumerate(active):
                 order = top[a][np.argsort(-totals[a, top[a]], kind="stable")]  # (2K,) best first
-                candidates = [
-                    (a * K + int(c) // C, int(row_tokens[a * K + int(c) // C, int(c) % C]), float(totals[a, c]))
-                    for c in order
-                ]
+                rows_and_slots = [(a * K + int(c) // C, int(c) % C, float(totals[a, c])) for c in order]
+                candidates = [(row, int(row_tokens[row, slot]), total) for row, slot, total in rows_and_slots]
                 alive = self._advance(sentence, candidates, log_probs, t, t + 1 >= max_lengths[sentence])
                 if alive:
                     still_active.append(sentence)

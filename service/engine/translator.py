@@ -69,23 +69,11 @@ class Translator:
         max_lengths = np.array([max_output_length(len(s), limit) for s in src_ids], dtype=np.int64)
         special = self.manifest.special_ids
         coverage = self._coverage(options.coverage_penalty)
+        ends = (special.bos, special.eos)
         if options.beam_size == 1:
-            return [
-                [h]
-                for h in greedy_search(
-                    self.model, state, max_lengths, special.bos, special.eos, options.alpha, coverage
-                )
-            ]
+            return [[h] for h in greedy_search(self.model, state, max_lengths, *ends, options.alpha, coverage)]
         return beam_search(
-            self.model,
-            state,
-            max_lengths,
-            special.bos,
-            special.eos,
-            options.beam_size,
-            options.n_best,
-            options.alpha,
-            coverage,
+            self.model, state, max_lengths, *ends, options.beam_size, options.n_best, options.alpha, coverage
         )
 
     def _coverage(self, beta: float) -> Coverage | None:

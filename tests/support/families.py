@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from models.config import SCORE_FUNCTIONS, ModelConfig, RNNConfig, TransformerConfig
 
 SRC_VOCAB, TGT_VOCAB = 40, 30
@@ -9,42 +11,12 @@ SRC_VOCAB, TGT_VOCAB = 40, 30
 
 def tiny_configs(dropout: float = 0.0) -> dict[str, ModelConfig]:
     """One case per family variant, named e.g. `rnn-additive` or `transformer`."""
-    cases: dict[str, ModelConfig] = {
-        f"rnn-{score}": RNNConfig(
-            src_vocab=SRC_VOCAB,
-            tgt_vocab=TGT_VOCAB,
-            emb_dim=16,
-            enc_hidden=12,
-            dec_hidden=24,
-            attention=score,
-            attn_dim=10,
-            dropout=dropout,
-        )
-        for score in SCORE_FUNCTIONS
-    }
-    cases["rnn-2layer"] = RNNConfig(
-        src_vocab=SRC_VOCAB,
-        tgt_vocab=TGT_VOCAB,
-        emb_dim=16,
-        enc_hidden=12,
-        enc_layers=2,
-        dec_hidden=24,
-        attention="additive",
-        attn_dim=10,
-        dropout=dropout,
+    rnn: dict[str, Any] = dict(
+        src_vocab=SRC_VOCAB, tgt_vocab=TGT_VOCAB, emb_dim=16, enc_hidden=12, dec_hidden=24, attn_dim=10, dropout=dropout
     )
-    cases["rnn-luong"] = RNNConfig(
-        src_vocab=SRC_VOCAB,
-        tgt_vocab=TGT_VOCAB,
-        emb_dim=16,
-        enc_hidden=12,
-        dec_hidden=24,
-        attention="additive",
-        attn_dim=10,
-        dropout=dropout,
-        query="current",
-        init="zero",
-    )
+    cases: dict[str, ModelConfig] = {f"rnn-{score}": RNNConfig(**rnn, attention=score) for score in SCORE_FUNCTIONS}
+    cases["rnn-2layer"] = RNNConfig(**rnn, attention="additive", enc_layers=2)
+    cases["rnn-luong"] = RNNConfig(**rnn, attention="additive", query="current", init="zero")
     cases["transformer"] = TransformerConfig(
         src_vocab=SRC_VOCAB,
         tgt_vocab=TGT_VOCAB,
