@@ -129,6 +129,8 @@ def build_spec(
         _set_layer_norm(layer_spec.self_attention.layer_norm, layer.norm1)
         _set_self_attention(layer_spec.self_attention, layer.self_attn)
         _set_ffn(layer_spec.ffn, layer.norm2, layer.ff)
+    if not isinstance(model.encoder_norm, nn.LayerNorm) or not isinstance(model.decoder_norm, nn.LayerNorm):
+        raise ValueError("this converter writes pre-norm models; use CTranslate2's own Marian converter for post-norm")
     _set_layer_norm(encoder.layer_norm, model.encoder_norm)
 
     _set_inputs(decoder, model.tgt_embed, model.positions)

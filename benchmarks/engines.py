@@ -20,7 +20,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.engine.search import FloatArray, IntArray, StepModel, beam_search, greedy_search, max_output_length
+from service.engine.search import (
+    FloatArray,
+    IntArray,
+    Scoring,
+    StepModel,
+    beam_search,
+    greedy_search,
+    max_output_length,
+)
 
 ALPHA = 0.0  # no length penalty: the engines' formulas differ, and raw log-probs mean the same everywhere
 
@@ -72,10 +80,11 @@ def _search(
         model, lengths = _NoEos(model, eos), np.full(len(src_ids), fixed, dtype=np.int64)
     else:
         lengths = np.array([max_output_length(len(s), max_target) for s in src_ids], dtype=np.int64)
+    scoring = Scoring(alpha=ALPHA)
     if beam == 1:
-        best = greedy_search(model, state, lengths, bos, eos, ALPHA)
+        best = greedy_search(model, state, lengths, bos, eos, scoring)
     else:
-        best = [nbest[0] for nbest in beam_search(model, state, lengths, bos, eos, beam, 1, ALPHA)]
+        best = [nbest[0] for nbest in beam_search(model, state, lengths, bos, eos, beam, 1, scoring)]
     return [[t for t in h.tokens if t != eos] for h in best]
 
 

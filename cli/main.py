@@ -150,6 +150,54 @@ def export(
     typer.echo(m.model_dump_json(indent=2, include={"parity", "quantization", "quality"}))
 
 
+@app.command("convert-hf")
+def convert_hf(
+    model_dir: Annotated[Path, typer.Argument(help="a Marian checkpoint directory as save_pretrained writes it")],
+    out: Annotated[Path, typer.Option("--out", help="bundle directory to write; its last component is the name")],
+    source: Annotated[str, typer.Option(help="source language code, e.g. en")],
+    target: Annotated[str, typer.Option(help="target language code, e.g. zh")],
+    target_token: Annotated[
+        str | None,
+        typer.Option("--target-token", help="multilingual targets: put before every source, e.g. >>cmn_Hans<<"),
+    ] = None,
+    int8: Annotated[bool, typer.Option("--int8", help="quantize to int8 and record what it changes")] = False,
+    force: Annotated[bool, typer.Option("--force", help="replace an existing bundle at --out")] = False,
+    align_sample: Annotated[
+        Path | None,
+        typer.Option(
+            "--align-sample",
+            help="a small parallel sample (source<TAB>target lines): chooses the default attention view by "
+            "name alignment, is checked for parity first, and scores BLEU",
+        ),
+    ] = None,
+    parity_sentences: Annotated[
+        int, typer.Option("--parity-sentences", help="sentences decoded by both transformers and the bundle")
+    ] = 50,
+) -> None:
+    """Convert a Hugging Face Marian (OPUS-MT) checkpoint into a bundle, checked against transformers."""
+    _training_side()
+    try:
+        from export.bundle_writer import ExportError
+        from export.convert_hf import ConvertOptions
+        from export.convert_hf import convert_hf as run_conversion
+    except ModuleNotFoundError as exc:
+        _fail(f"convert-hf needs the export extra ({exc.name} is missing): pip install -e '.[export]'")
+        return
+    options = ConvertOptions(source, target, target_token, int8, force, align_sample, parity_sentences)
+    try:
+        bundle = run_conversion(model_dir, out, options)
+    except ExportError as exc:
+        _fail(str(exc))
+        return
+    m = bundle.manifest
+    typer.echo(
+        f"wrote {out}: {m.name} ({m.source_lang}->{m.target_lang}, {m.quantization.mode}); parity with "
+        f"{m.parity.reference} on {m.parity.sentences} sentences: greedy ids {m.parity.token_ids_identical:.0%}, "
+        f"beam-{m.parity.beam_size} texts {m.parity.beam_strings_identical:.0%} identical"
+    )
+    typer.echo(m.model_dump_json(indent=2, include={"parity", "quantization", "quality", "attention_view", "search"}))
+
+
 @app.command()
 def rescore(
     bundle: Annotated[Path, typer.Argument(help="a bundle directory, e.g. bundles/zh-en")],
@@ -157,13 +205,14 @@ def rescore(
 ) -> None:
     """Re-measure a bundle's test BLEU (greedy, beam 4) with the current search, into its manifest."""
     _training_side()
+    from export.bundle_writer import ExportError
     from export.pipeline import rescore_bundle
     from models.data import CorpusError
     from service.engine.errors import EngineError
 
     try:
         written = rescore_bundle(bundle, corpus)
-    except (CorpusError, EngineError) as exc:
+    except (CorpusError, EngineError, ExportError) as exc:
         _fail(str(exc))
         return
     typer.echo(written.manifest.model_dump_json(indent=2, include={"quality"}))
@@ -253,7 +302,7 @@ def translate(
     model: Annotated[str | None, typer.Option(help="bundle name")] = None,
     source: Annotated[str | None, typer.Option(help="source language, with --target")] = None,
     target: Annotated[str | None, typer.Option(help="target language, with --source")] = None,
-    beam: Annotated[int, typer.Option(help="beam size (1 = greedy)")] = 4,
+    beam: Annotated[int | None, typer.Option(help="beam size (1 = greedy; default: the model's own)")] = None,
     attention: Annotated[bool, typer.Option("--attention", help="show each target token's top source tokens")] = False,
     json_lines: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
     bundles: Annotated[Path | None, typer.Option(help="bundle directory (default: ./bundles)")] = None,
@@ -270,7 +319,7 @@ def translate(
         _fail("give --model, or both --source and --target")
     lines = [text] if text is not None else sys.stdin.read().splitlines()
     given: dict[str, Any] = {"bundles": bundles} if bundles else {}
-    settings = Settings(**given, default_beam_size=max(beam, 1))
+    settings = Settings(**given)
     try:
         for line in run_translate(settings, lines, model, source, target, beam, attention, json_lines, batch_size):
             typer.echo(line)

@@ -31,7 +31,7 @@ def run_translate(
     model: str | None,
     source: str | None,
     target: str | None,
-    beam: int,
+    beam: int | None,
     attention: bool,
     json_lines: bool,
     batch_size: int,

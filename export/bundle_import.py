@@ -88,6 +88,9 @@ def import_bundle(bundle_dir: Path, run_config: RunConfig) -> Checkpoint:
     """The bundle's model as a checkpoint; `run_config` supplies [data]/[train], the manifest [model]."""
     bundle = load_bundle(bundle_dir)  # checksums verified: never train on a corrupted graph
     manifest = bundle.manifest
+    if manifest.tokenizers.kind != "sentencepiece":
+        # a converted checkpoint: fine-tune it with transformers, from the checkpoint it came from
+        raise BundleImportError(f"{bundle_dir}: a converted ({manifest.provenance.origin}) bundle cannot be imported")
     if manifest.architecture.family != "transformer":
         # ONNX GRU ops fuse and reorder the gate weights; undoing that is not written yet.
         raise BundleImportError(f"{bundle_dir}: importing is supported for transformer bundles only")

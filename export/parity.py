@@ -23,7 +23,7 @@ from service.engine.manifest import Parity
 from service.engine.onnx_model import OnnxSeq2Seq, OnnxState
 from service.engine.search import best_in_length_order
 from service.engine.tokenizer import BOS_ID, Tokenizer
-from service.engine.translator import SearchOptions, Translator
+from service.engine.translator import Translator
 
 LOG_PROB_TOL, ATTENTION_TOL, OTHER_TOL = 1e-4, 1e-5, 1e-4
 TIER1_STEPS = 6
@@ -110,9 +110,11 @@ def tier1_outputs(model: Seq2Seq, io: FamilyIO, onnx_model: OnnxSeq2Seq, src_ids
     return diffs
 
 
-def greedy_ids(translator: Translator, src_ids: list[list[int]], batch_size: int = 32) -> list[list[int]]:
+def greedy_ids(
+    translator: Translator, src_ids: list[list[int]], batch_size: int = 32, max_output_tokens: int | None = None
+) -> list[list[int]]:
     """Greedy ids from an ONNX translator, in input order, in length-sorted batches."""
-    greedy = SearchOptions(beam_size=1)
+    greedy = translator.options(beam_size=1, max_output_tokens=max_output_tokens)
     return [h.tokens for h in best_in_length_order(lambda c: translator.search_ids(c, greedy), src_ids, batch_size)]
 
 

@@ -6,11 +6,8 @@ load -> export graphs -> check parity -> (quantize) -> measure quality -> write.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import shutil
-import subprocess
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +16,12 @@ from export.bundle_writer import ExportError, check_destination, place, staging_
 from export.graph_io import FamilyIO, family_io
 from export.onnx_graphs import export_graphs
 from export.parity import check_parity
-from export.quantize import measure_int8, quantize_graph
+from export.provenance import git_commit, versions
+from export.quality import measure_quality
+from export.quantize import quantize_staged
 from models.checkpoint import Checkpoint, load_checkpoint
 from models.config import RNNConfig, TransformerConfig
 from models.data import Pair, default_corpus_path, read_corpus, split_corpus
-from models.metrics import bleu_tokenize, score
 from models.registry import count_parameters
 from service.engine.bundle import Bundle, load_bundle, sha256_of
 from service.engine.manifest import (
@@ -38,7 +36,7 @@ from service.engine.manifest import (
     Tokenizers,
 )
 from service.engine.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from service.engine.translator import SearchOptions, Translator
+from service.engine.translator import Translator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +77,9 @@ def export_run(run_dir: Path, out: Path, options: ExportOptions = ExportOptions(
         fields["parity"] = report.record()
         # 4) int8
         if options.quantize == "int8":
-            staged = _quantize(staged, out, fields, fp32, splits["dev"], data.source, data.target)
+            dev = splits["dev"]
+            sources, references = [p.text(data.source) for p in dev], [p.text(data.target) for p in dev]
+            staged = quantize_staged(staged, out, fields, fp32, sources, references)
         write_manifest(staged, fields)
         # 5) quality and the default attention view through the bundle's own engine; then placement
         final = Translator(load_bundle(staged))
@@ -119,56 +119,11 @@ def _write_tokenizers(ckpt: Checkpoint, directory: Path) -> None:
     (directory / f"{data.target}.model").write_bytes(ckpt.tgt_tokenizer.model_proto)
 
 
-def _quantize(
-    staged: Path, out: Path, fields: dict[str, Any], fp32: Translator, dev: list[Pair], source: str, target: str
-) -> Path:
-    """Quantize the staged graphs into a second staging directory and measure the change."""
-    int8_dir = staging_dir(out)
-    try:
-        for graph in (fp32.manifest.graphs.encoder.file, fp32.manifest.graphs.decoder.file):
-            quantize_graph(staged / graph, int8_dir / graph)
-        for name in (fp32.manifest.tokenizers.source, fp32.manifest.tokenizers.target):
-            shutil.copy2(staged / name, int8_dir / name)
-        write_manifest(int8_dir, fields)
-        int8 = Translator(load_bundle(int8_dir))
-        sources, references = [p.text(source) for p in dev], [p.text(target) for p in dev]
-        fields["quantization"] = measure_int8(fp32, int8, sources, references, target)
-    except BaseException:
-        shutil.rmtree(int8_dir, ignore_errors=True)
-        raise
-    shutil.rmtree(staged, ignore_errors=True)
-    return int8_dir
-
-
-def options_for(beam: int) -> SearchOptions:
-    """The service's search at this beam size: the quality figures are what users get."""
-    return SearchOptions(beam_size=beam)
-
-
 def _quality(
     translator: Translator, pairs: list[Pair], split: str, beams: tuple[int, ...], source: str, target: str
 ) -> list[Score]:
     sources, references = [p.text(source) for p in pairs], [p.text(target) for p in pairs]
-    digest = hashlib.sha256("\n".join(f"{s}\t{r}" for s, r in zip(sources, references, strict=True)).encode())
-    scores = []
-    for beam in beams:
-        options = options_for(beam)
-        hyps = translator.translate_texts(sources, options)
-        result = score(hyps, references, target)
-        scores.append(
-            Score(
-                split=split,
-                sentences=len(pairs),
-                sha256=digest.hexdigest(),
-                beam=beam,
-                alpha=options.alpha,
-                coverage_penalty=options.coverage_penalty,
-                bleu=result["bleu"],
-                chrf=result["chrf"],
-                bleu_tokenize=bleu_tokenize(target),
-            )
-        )
-    return scores
+    return measure_quality(translator, sources, references, split, beams)
 
 
 def _architecture(ckpt: Checkpoint) -> Architecture:
@@ -198,24 +153,6 @@ def _architecture(ckpt: Checkpoint) -> Architecture:
     )
 
 
-def _git_commit() -> str | None:
-    try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip() or None
-
-
-def _versions() -> dict[str, str]:
-    versions = {}
-    for package in ("attention-mt", "torch", "onnx", "onnxruntime", "sentencepiece"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
 def _manifest_fields(ckpt: Checkpoint, io: FamilyIO, name: str, checkpoint_path: Path) -> dict[str, Any]:
     data = ckpt.config.data
     return {
@@ -236,9 +173,9 @@ def _manifest_fields(ckpt: Checkpoint, io: FamilyIO, name: str, checkpoint_path:
         "provenance": Provenance(
             checkpoint_sha256=sha256_of(checkpoint_path),
             corpus_sha256=ckpt.progress.get("corpus_sha256"),
-            git_commit=_git_commit(),
+            git_commit=git_commit(),
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            versions=_versions(),
+            versions=versions(),
             trained_epochs=ckpt.progress.get("best_epoch"),
             train_seconds=ckpt.progress.get("train_seconds"),
         ),
@@ -253,6 +190,10 @@ def rescore_bundle(bundle_dir: Path, corpus: Path | None = None, beams: tuple[in
     """
     bundle = load_bundle(bundle_dir)
     m = bundle.manifest
+    if {m.source_lang, m.target_lang} != {"en", "zh"}:
+        raise ExportError(
+            f"{bundle_dir}: rescore scores the English-Chinese test split, not {m.source_lang}-{m.target_lang}"
+        )
     test = split_corpus(read_corpus(corpus or default_corpus_path()))["test"]
     scores = _quality(Translator(bundle), test, "test", beams, m.source_lang, m.target_lang)
     fields = m.model_dump(exclude={"files"})

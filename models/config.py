@@ -57,9 +57,20 @@ class RNNConfig:
             )
 
 
+NORMS = ("pre", "post")
+ACTIVATIONS = ("relu", "gelu", "swish")
+POSITION_LAYOUTS = ("interleaved", "halves")
+
+
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Pre-norm encoder-decoder Transformer with multi-head scaled dot-product attention."""
+    """Encoder-decoder Transformer with multi-head scaled dot-product attention.
+
+    The defaults are this project's own models (pre-norm, ReLU, tied output). The other options
+    describe converted Marian / OPUS-MT checkpoints (export/marian_weights.py): post-norm with no
+    final layer norms, swish or GELU, sine and cosine positions in two halves, an optional
+    embedding scale, one embedding shared by source and target, and a bias on the logits.
+    """
 
     family: Literal["transformer"] = "transformer"
     src_vocab: int = 0
@@ -73,10 +84,27 @@ class TransformerConfig:
     attn_dropout: float = 0.0
     max_positions: int = 256
     tie_output: bool = True  # share the target embedding with the output projection
+    norm: str = "pre"  # pre: layer norm before each sublayer, and a final one; post: after each residual
+    activation: str = "relu"  # of the feed-forward layers: relu, gelu (exact) or swish (SiLU)
+    positions: str = "interleaved"  # sinusoids: sin/cos interleaved; "halves": all sines, then all cosines
+    scale_embedding: bool = True  # multiply embeddings by sqrt(d_model)
+    share_embeddings: bool = False  # one embedding table for source and target (a shared vocabulary)
+    logits_bias: bool = False  # a bias added to the output logits
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
             raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
+        for name, value, allowed in (
+            ("norm", self.norm, NORMS),
+            ("activation", self.activation, ACTIVATIONS),
+            ("positions", self.positions, POSITION_LAYOUTS),
+        ):
+            if value not in allowed:
+                raise ConfigError(f"model.{name} is {value!r}; choose one of {allowed}")
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ConfigError(
+                f"model.share_embeddings needs one vocabulary: src_vocab {self.src_vocab} != tgt_vocab {self.tgt_vocab}"
+            )
 
 
 ModelConfig = RNNConfig | TransformerConfig
@@ -84,6 +112,9 @@ ModelConfig = RNNConfig | TransformerConfig
 
 @dataclass(frozen=True)
 class DataConfig:
+    """What a run trains on. This project's own models are English-Chinese (models/data.py reads
+    that corpus); converted models may be any pair and never come through here."""
+
     source: str = "en"
     target: str = "zh"
     corpus: str | None = None  # None: the shared corpus (models/data.py finds it)

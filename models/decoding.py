@@ -18,6 +18,7 @@ from service.engine.search import (
     FloatArray,
     Hypothesis,
     IntArray,
+    Scoring,
     beam_search,
     best_in_length_order,
     greedy_search,
@@ -77,9 +78,10 @@ def translate_ids(
     state = TorchState(enc.statics, mask, enc.state)
     max_lengths = np.array([max_output_length(len(s), max_tgt_tokens) for s in src_ids], dtype=np.int64)
     step_model = TorchStepModel(model)
+    scoring = Scoring(alpha=alpha)
     if beam_size == 1:
-        return [[h] for h in greedy_search(step_model, state, max_lengths, BOS_ID, EOS_ID, alpha)]
-    return beam_search(step_model, state, max_lengths, BOS_ID, EOS_ID, beam_size, n_best, alpha)
+        return [[h] for h in greedy_search(step_model, state, max_lengths, BOS_ID, EOS_ID, scoring)]
+    return beam_search(step_model, state, max_lengths, BOS_ID, EOS_ID, beam_size, n_best, scoring)
 
 
 def translate_texts(

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import sacrebleu
 
+UNSPACED = {"ja": "char", "jpn": "char", "th": "char", "tha": "char", "ko": "char", "kor": "char"}
+
 
 def bleu_tokenize(target_lang: str) -> str:
-    """sacreBLEU's `zh` tokenizer splits Chinese characters; English uses the standard `13a`."""
-    return "zh" if target_lang == "zh" else "13a"
+    """sacreBLEU's `zh` tokenizer splits Chinese characters; other scripts written without spaces
+    are split into characters; the rest use the standard `13a`."""
+    base = target_lang.replace("-", "_").split("_")[0]
+    if base in ("zh", "zho", "cmn", "yue"):
+        return "zh"
+    return UNSPACED.get(base, "13a")
 
 
 def score(hypotheses: list[str], references: list[str], target_lang: str) -> dict[str, float]:

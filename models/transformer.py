@@ -1,4 +1,7 @@
-"""The Transformer family: pre-norm encoder-decoder with multi-head scaled dot-product attention.
+"""The Transformer family: encoder-decoder with multi-head scaled dot-product attention.
+
+This project's own models are pre-norm; converted Marian / OPUS-MT checkpoints are post-norm with
+their own activation, position layout and logits bias (TransformerConfig names each option).
 
 Incremental decoding carries a KV cache: `past_key.{i}` / `past_value.{i}` (B, N, P, D) per decoder
 layer grow by one position a step; the cross-attention keys and values `cross_key.{i}` /
@@ -11,6 +14,7 @@ D head dim, F feed-forward size, L layers, V vocabulary.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -21,14 +25,24 @@ from models.seq2seq import Encoded, ForwardOutput, StepOutput
 from service.engine.tokenizer import PAD_ID
 
 
-def sinusoidal_positions(max_positions: int, dim: int) -> Tensor:
-    """The fixed sine/cosine position table (P, H) of Vaswani et al."""
+def sinusoidal_positions(max_positions: int, dim: int, layout: str = "interleaved") -> Tensor:
+    """The fixed sine/cosine position table (P, H) of Vaswani et al.
+
+    "interleaved": sin and cos alternate (this project); "halves": all sines, then all cosines,
+    computed in float64 as Marian and transformers' MarianSinusoidalPositionalEmbedding do."""
+    if layout == "halves":
+        pos = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+        angles = pos / torch.pow(10000.0, torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (P, ceil(H/2))
+        return torch.cat([torch.sin(angles), torch.cos(angles[:, : dim // 2])], dim=1).float()
     pos = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
     freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))  # (H/2,)
     table = torch.zeros(max_positions, dim)
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq)
     return table
+
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
 
 class MultiHeadAttention(nn.Module):
@@ -64,43 +78,60 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, ff_dim: int, dropout: float) -> None:
+    def __init__(self, d_model: int, ff_dim: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.up, self.down, self.dropout = (
             nn.Linear(d_model, ff_dim),
             nn.Linear(ff_dim, d_model),
             nn.Dropout(dropout),
         )
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(self.dropout(F.relu(self.up(x))))  # (B, T, H)
+        return self.down(self.dropout(self.activation(self.up(x))))  # (B, T, H)
 
 
-class EncoderLayer(nn.Module):
+class PrePostNorm(nn.Module):
+    """Where a layer's norms go: before each sublayer (pre-norm) or after each residual sum (post-norm).
+
+    Subclasses name their norms norm1, norm2, ... (the names the exported graphs keep)."""
+
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def sublayer_input(self, norm: nn.Module, x: Tensor) -> Tensor:
+        return norm(x) if self.pre else x
+
+    def residual(self, norm: nn.Module, x: Tensor, out: Tensor) -> Tensor:
+        x = x + self.dropout(out)
+        return x if self.pre else norm(x)
+
+
+class EncoderLayer(PrePostNorm):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__(cfg)
         self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout, cfg.activation)
 
     def forward(self, x: Tensor, blocked: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, S, H), blocked (B, 1, 1, S) -> x (B, S, H), self-attention (B, N, S, S)."""
-        h = self.norm1(x)
+        h = self.sublayer_input(self.norm1, x)
         k, v = self.self_attn.project_kv(h)
         out, weights = self.self_attn(h, k, v, blocked)
-        x = x + self.dropout(out)
-        return x + self.dropout(self.ff(self.norm2(x))), weights
+        x = self.residual(self.norm1, x, out)
+        return self.residual(self.norm2, x, self.ff(self.sublayer_input(self.norm2, x))), weights
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(PrePostNorm):
     def __init__(self, cfg: TransformerConfig) -> None:
-        super().__init__()
+        super().__init__(cfg)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout, cfg.activation)
 
     def forward(
         self,
@@ -111,15 +142,16 @@ class DecoderLayer(nn.Module):
         cross_blocked: Tensor,
     ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor, Tensor]:
         """x (B, T, H) with past keys/values (B, N, P, D) -> x, present (B, N, P+T, D), self and cross weights."""
-        h = self.norm1(x)
+        h = self.sublayer_input(self.norm1, x)
         k, v = self.self_attn.project_kv(h)  # (B, N, T, D)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, N, P+T, D)
         out, self_weights = self.self_attn(h, k, v, self_blocked)  # (B, N, T, P+T)
-        x = x + self.dropout(out)
-        out, cross_weights = self.cross_attn(self.norm2(x), cross[0], cross[1], cross_blocked)  # (B, N, T, S)
-        x = x + self.dropout(out)
-        x = x + self.dropout(self.ff(self.norm3(x)))
+        x = self.residual(self.norm1, x, out)
+        h = self.sublayer_input(self.norm2, x)
+        out, cross_weights = self.cross_attn(h, cross[0], cross[1], cross_blocked)  # (B, N, T, S)
+        x = self.residual(self.norm2, x, out)
+        x = self.residual(self.norm3, x, self.ff(self.sublayer_input(self.norm3, x)))
         return x, (k, v), self_weights, cross_weights
 
 
@@ -130,16 +162,19 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = cfg
         self.src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model, padding_idx=PAD_ID)
-        self.tgt_embed = nn.Embedding(cfg.tgt_vocab, cfg.d_model, padding_idx=PAD_ID)
-        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, cfg.d_model, PAD_ID)
+        positions = sinusoidal_positions(cfg.max_positions, cfg.d_model, cfg.positions)
+        self.register_buffer("positions", positions, persistent=False)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
-        self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
-        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+        # post-norm already ends every layer with a layer norm: no final one
+        final: type[nn.Module] = nn.LayerNorm if cfg.norm == "pre" else nn.Identity
+        self.encoder_norm, self.decoder_norm = final(cfg.d_model), final(cfg.d_model)
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=cfg.logits_bias)
         if cfg.tie_output:
             self.output.weight = self.tgt_embed.weight
         self.dropout = nn.Dropout(cfg.dropout)
-        self.scale = math.sqrt(cfg.d_model)
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.apply(self._init_weights)
 
     @staticmethod

@@ -37,8 +37,12 @@ class Settings(BaseSettings):
     max_chars: int = Field(1000, ge=1, description="characters per text")
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     max_beam_size: int = Field(8, ge=1)
-    default_beam_size: int = Field(4, ge=1)
-    length_penalty: float = Field(0.6, ge=0)
+    default_beam_size: int | None = Field(
+        None, ge=1, description="None: each bundle's own (manifest search.beam_size: 4 here, num_beams if converted)"
+    )
+    length_penalty: float | None = Field(
+        None, ge=0, description="length penalty exponent for every bundle; None: each bundle's own"
+    )
     max_attention_cells: int = Field(200_000, ge=1, description="floats of attention in one response at most")
 
     # signals

@@ -10,6 +10,7 @@ import pytest
 
 from models.vocab import train_tokenizer
 from service.engine.tokenizer import Tokenizer
+from tests.support.marian import ENGLISH_CHINESE, ENGLISH_GERMAN, build_marian, write_sample
 from tests.support.synthetic import synthetic_pairs, write_corpus
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -67,4 +68,37 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory, trained_tiny_run: Path)
     root = tmp_path_factory.mktemp("bundles")
     export_run(trained_tiny_run, root / "en-zh", ExportOptions(quality_beams=(1,)))
     export_run(trained_tiny_run, root / "en-zh-int8", ExportOptions(quantize="int8", quality_split=None))
+    return root
+
+
+@pytest.fixture(scope="session")
+def marian_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two small trained Hugging Face Marian checkpoints (seconds each; tests copy before changing):
+    `en-de` post-norm, swish, a shared vocabulary, the target token >>deu<<; `en-zh` GELU, separate
+    vocabularies, an untied output layer, no embedding scale, length penalty 1.2."""
+    root = tmp_path_factory.mktemp("marian")
+    return {
+        "en-de": build_marian(ENGLISH_GERMAN, root / "opus-mt-en-de"),
+        "en-zh": build_marian(ENGLISH_CHINESE, root / "opus-mt-en-zh"),
+    }
+
+
+@pytest.fixture(scope="session")
+def english_chinese_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pairs = synthetic_pairs()[::5]  # 90 pairs, every name and verb
+    return write_sample(tmp_path_factory.mktemp("sample") / "en-zh.tsv", pairs)
+
+
+@pytest.fixture(scope="session")
+def converted_bundles(
+    tmp_path_factory: pytest.TempPathFactory, marian_checkpoints: dict[str, Path], english_chinese_sample: Path
+) -> Path:
+    """Both checkpoints converted at fp32: `en-de` (no sample: made-up parity sentences, the default
+    view) and `marian-en-zh` (with a parallel sample: its view chosen by name alignment)."""
+    from export.convert_hf import ConvertOptions, convert_hf
+
+    root = tmp_path_factory.mktemp("converted")
+    convert_hf(marian_checkpoints["en-de"], root / "en-de", ConvertOptions("en", "de", target_token=">>deu<<"))
+    options = ConvertOptions("en", "zh", align_sample=english_chinese_sample)
+    convert_hf(marian_checkpoints["en-zh"], root / "marian-en-zh", options)
     return root

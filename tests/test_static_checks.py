@@ -32,7 +32,7 @@ def test_the_engine_imports_without_torch() -> None:
     code = (
         "import sys, service.engine.search, service.engine.tokenizer, service.engine.text, service.api.app,"
         " cli.translate_cmd;"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'models', 'export')];"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'models', 'export')];"
         "assert not bad, bad"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
@@ -44,6 +44,7 @@ def test_service_source_never_imports_the_training_side() -> None:
     for path in (PROJECT_ROOT / "service").rglob("*.py"):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             words = line.strip().split()
-            if words[:1] in (["import"], ["from"]) and words[1].split(".")[0] in ("torch", "models", "export"):
+            banned = ("torch", "transformers", "models", "export")
+            if words[:1] in (["import"], ["from"]) and words[1].split(".")[0] in banned:
                 offenders.append(f"{path.relative_to(PROJECT_ROOT)}:{number}: {line.strip()}")
     assert not offenders

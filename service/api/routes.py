@@ -140,6 +140,9 @@ def describe(name: str, catalog: Catalog) -> dict[str, Any]:
         "parity": m.parity.model_dump(),
         "quality": [q.model_dump() for q in m.quality],
         "attention_view": m.attention_view.model_dump(),
+        "search": m.search.model_dump(),
+        "tokenizer": {"kind": m.tokenizers.kind, "target_token": m.tokenizers.target_token},
+        "origin": m.provenance.origin,
         "default_for": [f"{s}-{t}" for (s, t), n in catalog.defaults.items() if n == name],
     }
 

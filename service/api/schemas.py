@@ -38,10 +38,12 @@ class TranslateBody(Strict):
         },
     )
     q: str | list[str] = Field(description="one text, or a list of texts (1..max_texts)")
-    source: str | None = Field(None, description="source language (en or zh); or give model")
+    source: str | None = Field(None, description="source language code, as /v1/models lists them; or give model")
     target: str | None = Field(None, description="target language")
     model: str | None = Field(None, description="a bundle name from /v1/models, instead of source/target")
-    beam_size: int | None = Field(None, description="1 = greedy; default and maximum are settings")
+    beam_size: int | None = Field(
+        None, description="1 = greedy; default: the model's own search (/v1/models), maximum: a setting"
+    )
     n_best: int = Field(1, description="hypotheses per text, at most beam_size")
     max_output_tokens: int | None = Field(None, description="cap on generated tokens, at most the model's limit")
     attention: AttentionParams = AttentionParams()

@@ -66,12 +66,7 @@ def _read_manifest(path: Path) -> Manifest:
 
 def _check_files(path: Path, manifest: Manifest) -> list[str]:
     problems = []
-    referenced = {
-        manifest.graphs.encoder.file,
-        manifest.graphs.decoder.file,
-        manifest.tokenizers.source,
-        manifest.tokenizers.target,
-    }
+    referenced = {manifest.graphs.encoder.file, manifest.graphs.decoder.file} | manifest.tokenizers.files()
     for name in sorted(referenced - set(manifest.files)):
         problems.append(f"{name}: used by the manifest but has no checksum entry")
     for name, entry in sorted(manifest.files.items()):

@@ -13,19 +13,21 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.engine.translator import SearchOptions, Translator, pad_ids
+from service.engine.search import suppress
+from service.engine.translator import Translator, pad_ids
 
 
 def force(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dict[str, npt.NDArray[Any]]:
     """Teacher-force `tgt_ids` (ending in EOS): log-probs (T,), cross (T, L, N, S), self (T, L, N, T) or empty."""
-    ids, mask = pad_ids([src_ids])
+    ids, mask = pad_ids([src_ids], translator.manifest.special_ids.pad)
     model = translator.model
     state = model.encode(ids, mask)
     prev = translator.manifest.special_ids.bos
     log_probs, cross, self_rows = [], [], []
     for token in tgt_ids:
         outputs, state = model.run_step(np.array([prev], dtype=np.int64), state)
-        log_probs.append(float(outputs["log_probs"][0, token]))
+        row = suppress(outputs["log_probs"][:1], model.suppressed, model.renormalize)  # as the search sees it
+        log_probs.append(float(row[0, token]))
         cross.append(outputs["cross_attention"][0])  # (L, N, S)
         if "self_attention" in outputs:
             self_rows.append(outputs["self_attention"][0])  # (L, N, t+1)
@@ -44,5 +46,5 @@ def force(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dic
 
 
 def greedy_target(translator: Translator, src_ids: list[int]) -> list[int]:
-    [[hyp]] = translator.search_ids([src_ids], SearchOptions(beam_size=1))
+    [[hyp]] = translator.search_ids([src_ids], translator.options(beam_size=1))
     return hyp.tokens

@@ -7,14 +7,17 @@ symbolic dims; `state` says how decoder state is initialised and carried between
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 Dim = int | str  # a fixed size, or a symbolic name: batch, src_len, past_len, present_len
 DType = Literal["int64", "float32", "bool"]
+# A language code as the bundle's maker wrote it: "en", "zh", "de", "cmn_Hans", "pt-BR"...
+LANGUAGE_CODE = r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$"
+LanguageCode = Annotated[str, Field(pattern=LANGUAGE_CODE)]
 
 
 class Strict(BaseModel):
@@ -80,8 +83,48 @@ class Limits(Strict):
 
 
 class Tokenizers(Strict):
+    """The tokenizer files. `sentencepiece`: the model's ids are SentencePiece ids (this project's
+    own models). `sentencepiece+vocab`: SentencePiece cuts pieces and a JSON vocabulary numbers
+    them (Marian / OPUS-MT); `target_token` (e.g. ">>cmn_Hans<<") is put before every source."""
+
     source: str
     target: str
+    kind: Literal["sentencepiece", "sentencepiece+vocab"] = "sentencepiece"
+    source_vocab: str | None = None
+    target_vocab: str | None = None
+    target_token: str | None = None
+
+    @model_validator(mode="after")
+    def _vocabularies_match_the_kind(self) -> Tokenizers:
+        with_vocab = self.source_vocab is not None and self.target_vocab is not None
+        if (self.kind == "sentencepiece+vocab") != with_vocab:
+            raise ValueError("source_vocab and target_vocab are given exactly when kind is sentencepiece+vocab")
+        if self.target_token is not None and self.kind == "sentencepiece":
+            raise ValueError("target_token needs kind sentencepiece+vocab")
+        return self
+
+    def files(self) -> set[str]:
+        return {name for name in (self.source, self.target, self.source_vocab, self.target_vocab) if name}
+
+
+class SearchDefaults(Strict):
+    """How the bundle's model is decoded unless a request says otherwise.
+
+    This project's own models score with GNMT's length penalty ((5 + |Y|) / 6) ** alpha, a coverage
+    penalty, and stop a sentence when its best candidate ends; converted Hugging Face models keep
+    transformers' rules (|Y| ** alpha, its early-stopping heuristic, forced EOS at the maximum
+    length, bad words, renormalised log-probs), so they translate exactly as `generate` does."""
+
+    beam_size: int = Field(4, ge=1)
+    length_penalty: Literal["gnmt", "power"] = "gnmt"
+    alpha: float = 0.6
+    coverage_penalty: float = Field(0.2, ge=0)
+    stopping: Literal["best_finished", "transformers"] = "best_finished"
+    max_output_tokens: int | None = Field(None, gt=0)  # None: the model's limit; EOS included
+    relative_cap: bool = True  # also cap each output at 2 x its source + 10 tokens
+    forced_eos: bool = False  # the last token allowed is EOS (transformers' forced_eos_token_id)
+    suppressed_ids: list[int] | None = None  # never generated; None: pad and bos
+    renormalize: bool = False  # log-softmax again after suppressing (transformers' renormalize_logits)
 
 
 class FileEntry(Strict):
@@ -98,6 +141,11 @@ class Parity(Strict):
     token_ids_identical: float  # share of sentences with identical greedy ids
     strings_identical: float  # share with identical detokenized strings
     passed: bool
+    reference: str = "pytorch"  # what the graphs were checked against, e.g. "transformers 5.24.0"
+    max_output_tokens: int | None = None  # the cap both sides decoded under
+    beam_size: int | None = None  # beam search compared too (converted models)
+    beam_strings_identical: float | None = None
+    source_ids_identical: float | None = None  # the reference's own tokenizer gave the same ids
 
 
 class Quantization(Strict):
@@ -107,6 +155,7 @@ class Quantization(Strict):
     bleu_fp32: float | None = None
     bleu_int8: float | None = None
     bleu_delta: float | None = None
+    bleu_reference: Literal["references", "fp32_output"] = "references"  # what bleu_int8 was scored against
     speedup: float | None = None  # fp32 time / int8 time, same sentences, same run
     size_fp32: int | None = None
     size_int8: int | None = None
@@ -132,6 +181,8 @@ class Provenance(Strict):
     versions: dict[str, str]
     trained_epochs: int | None = None
     train_seconds: float | None = None
+    origin: str = "attention-mt"  # or "huggingface-marian": converted by `attention-mt convert-hf`
+    source_config: dict[str, int | float | str | bool | None] = {}  # the converted checkpoint's own settings
 
 
 class AttentionView(Strict):
@@ -142,13 +193,14 @@ class AttentionView(Strict):
     name_alignment_accuracy: float | None = None  # of the chosen view (export/alignment.py)
     name_alignment_cases: int = 0
     accuracy_by_view: dict[str, float] = {}
+    chosen_by: str | None = None  # how the view was chosen, in words
 
 
 class Manifest(Strict):
     schema_version: Literal[1]
     name: str
-    source_lang: Literal["en", "zh"]
-    target_lang: Literal["en", "zh"]
+    source_lang: LanguageCode
+    target_lang: LanguageCode
     architecture: Architecture
     graphs: Graphs
     state: list[StateSpec]
@@ -159,5 +211,6 @@ class Manifest(Strict):
     parity: Parity
     quality: list[Score] = []
     attention_view: AttentionView = AttentionView()
+    search: SearchDefaults = SearchDefaults()
     provenance: Provenance
     files: dict[str, FileEntry]

@@ -87,6 +87,9 @@ class OnnxSeq2Seq:
             t.name for t in graphs.decoder.inputs if t.name not in state_inputs | {"prev_tokens", "src_pad_mask"}
         ]
         self.output_names = [t.name for t in graphs.decoder.outputs]
+        special, search = bundle.manifest.special_ids, bundle.manifest.search
+        suppressed = (special.pad, special.bos) if search.suppressed_ids is None else search.suppressed_ids
+        self.suppressed, self.renormalize = tuple(dict.fromkeys(suppressed)), search.renormalize
 
     def encode(self, src_ids: IntArray, src_pad_mask: npt.NDArray[np.bool_]) -> OnnxState:
         """Run the encoder on (B, S) ids and mask; returns the state before the first step."""
@@ -112,8 +115,8 @@ class OnnxSeq2Seq:
 
     def step(self, tokens: IntArray, state: OnnxState) -> tuple[FloatArray, FloatArray, OnnxState]:
         outputs, new_state = self.run_step(tokens, state)
-        special = self.bundle.manifest.special_ids
-        return suppress(outputs["log_probs"], (special.pad, special.bos)), outputs["cross_attention"], new_state
+        log_probs = suppress(outputs["log_probs"], self.suppressed, self.renormalize)
+        return log_probs, outputs["cross_attention"], new_state
 
     def reorder(self, state: OnnxState, rows: IntArray) -> OnnxState:
         """Select state rows. The per-source tensors (cross-attention keys and values, the mask) follow

@@ -67,9 +67,16 @@ def truncated_source_ids(tokenizer_ids: list[list[int]], limit: int, eos_id: int
     return [[*ids[: limit - 1], eos_id] for ids in tokenizer_ids]
 
 
-def suppress(log_probs: FloatArray, token_ids: tuple[int, ...]) -> FloatArray:
-    """Forbid tokens a model must never generate (padding, BOS): their log-prob becomes -inf."""
-    log_probs[:, list(token_ids)] = -np.inf
+def suppress(log_probs: FloatArray, token_ids: tuple[int, ...], renormalize: bool = False) -> FloatArray:
+    """Forbid tokens a model must never generate (padding, BOS): their log-prob becomes -inf.
+
+    `renormalize` takes the log-softmax again over the tokens left (transformers' renormalize_logits):
+    log p - log(1 - p(forbidden)), which reads only the forbidden columns, not the whole vocabulary."""
+    columns = list(token_ids)
+    if renormalize and columns:
+        forbidden = np.exp(log_probs[:, columns].astype(np.float64)).sum(axis=1, keepdims=True)  # (N, 1)
+        log_probs -= np.log1p(-np.minimum(forbidden, 1.0 - 1e-12)).astype(log_probs.dtype)
+    log_probs[:, columns] = -np.inf
     return log_probs
 
 
@@ -78,12 +85,48 @@ def max_output_length(src_len: int, limit: int) -> int:
     return min(limit, 2 * src_len + 10)
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's ((5 + |Y|) / 6) ** alpha; alpha = 0 means the raw sum of log-probs."""
-    return float(((5.0 + length) / 6.0) ** alpha) if alpha else 1.0
+def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
+    """GNMT's ((5 + |Y|) / 6) ** alpha, or transformers' |Y| ** alpha ("power"); alpha = 0: no penalty."""
+    if not alpha:
+        return 1.0
+    base = length if form == "power" else (5.0 + length) / 6.0
+    return float(base**alpha)
 
 
 Coverage = Callable[[FloatArray], float]  # a hypothesis's attention (T, ...) -> score bonus (<= 0)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How hypotheses are scored and when a sentence stops: the bundle's conventions.
+
+    - `length_penalty`: "gnmt" or "power" (transformers), with exponent `alpha`;
+    - `coverage`: GNMT's coverage penalty on a finished hypothesis (None: off);
+    - `stopping`: "best_finished" (a sentence stops when its best candidate ends; with coverage,
+      once beam-size hypotheses have ended, as fairseq does) or "transformers" (its heuristic with
+      early_stopping=False: once beam-size hypotheses have ended and the best live beam, scored at
+      its current length, cannot beat the worst of them; only the top beam-size candidates of a
+      step may end);
+    - `forced_eos`: the last token a sentence may write is EOS, at log-prob 0 (transformers'
+      forced_eos_token_id).
+    """
+
+    alpha: float = 0.0
+    length_penalty: str = "gnmt"
+    coverage: Coverage | None = None
+    stopping: str = "best_finished"
+    forced_eos: bool = False
+
+    def normalised(self, log_prob: float, length: int) -> float:
+        return log_prob / length_penalty(length, self.alpha, self.length_penalty)
+
+
+def force_eos(log_probs: FloatArray, rows: npt.NDArray[np.bool_], eos_id: int) -> FloatArray:
+    """Rows at their last allowed step may only write EOS: -inf everywhere else, EOS at 0."""
+    if rows.any():
+        log_probs[rows] = -np.inf
+        log_probs[rows, eos_id] = 0.0
+    return log_probs
 
 
 def coverage_penalty(coverage: npt.NDArray[np.floating[Any]], beta: float) -> float:
@@ -124,12 +167,11 @@ def greedy_search(
     max_lengths: IntArray,
     bos_id: int,
     eos_id: int,
-    alpha: float = 0.0,
-    coverage: Coverage | None = None,
+    scoring: Scoring = Scoring(),
 ) -> list[Hypothesis]:
     """Pick the most likely token at every step; rows leave the batch as they finish.
 
-    `coverage` does not change the choice here, only the score, so scores compare with beam's."""
+    Coverage does not change the choice here, only the score, so scores compare with beam's."""
     B = len(max_lengths)
     rows = np.arange(B)  # sentence of each row still decoding
     tokens = np.full(B, bos_id, dtype=np.int64)  # (N,)
@@ -139,6 +181,9 @@ def greedy_search(
     done: list[bool] = [False] * B
     while len(rows):
         log_probs, attention, state = model.step(tokens, state)  # (N, V), (N, ...)
+        if scoring.forced_eos:
+            lengths = np.array([len(out_tokens[b]) for b in rows])
+            log_probs = force_eos(log_probs, lengths + 1 >= max_lengths[rows], eos_id)
         tokens = log_probs.argmax(axis=1)  # (N,)
         keep = []
         for i, sentence in enumerate(rows):
@@ -157,8 +202,8 @@ def greedy_search(
     hyps = []
     for b in range(B):
         attention = np.stack(out_attention[b])
-        score = sum(out_log_probs[b]) / length_penalty(len(out_tokens[b]), alpha)
-        bonus = coverage(attention) if coverage else 0.0
+        score = scoring.normalised(sum(out_log_probs[b]), len(out_tokens[b]))
+        bonus = scoring.coverage(attention) if scoring.coverage else 0.0
         hyps.append(Hypothesis(out_tokens[b], out_log_probs[b], attention, score + bonus, done[b]))
     return hyps
 
@@ -171,21 +216,20 @@ def beam_search(
     eos_id: int,
     beam_size: int = 4,
     n_best: int = 1,
-    alpha: float = 0.0,
-    coverage: Coverage | None = None,
+    scoring: Scoring = Scoring(),
 ) -> list[list[Hypothesis]]:
     """Beam search over B sentences at once; returns the n_best hypotheses of each, best first.
 
-    A finished hypothesis scores its log-prob over the length penalty, plus `coverage` of its
-    attention (GNMT's rescoring: coverage_penalty), so a hypothesis that drops words ranks lower.
-    A sentence is done when its best candidate of a step ends in EOS and it has n_best finished
-    hypotheses, or when it reaches its max length (those hypotheses are marked unfinished). With
-    `coverage`, it is done once it has beam_size finished hypotheses instead.
-    Beam size 1 gives exactly what greedy search gives.
+    A finished hypothesis scores its log-prob over the length penalty, plus the coverage penalty
+    of its attention (GNMT's rescoring), so a hypothesis that drops words ranks lower. With the
+    "best_finished" rule a sentence is done when its best candidate of a step ends in EOS and it
+    has n_best finished hypotheses (with coverage: beam_size of them); with "transformers" as
+    `Scoring` describes. A sentence that reaches its max length ends every beam there (those not
+    ending in EOS are marked unfinished). Beam size 1 gives exactly what greedy search gives.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be in 1..beam_size ({beam_size}), got {n_best}")
-    search = _BeamSearch(len(max_lengths), beam_size, n_best, eos_id, alpha, bos_id, coverage)
+    search = _BeamSearch(len(max_lengths), beam_size, n_best, eos_id, bos_id, scoring)
     return search.run(model, state, max_lengths)
 
 
@@ -211,10 +255,8 @@ def row_candidates(
 class _BeamSearch:
     """The bookkeeping of one beam_search call: the trace, finished hypotheses, alive beams."""
 
-    def __init__(
-        self, batch: int, beam: int, n_best: int, eos_id: int, alpha: float, bos_id: int, coverage: Coverage | None
-    ) -> None:
-        self.K, self.n_best, self.eos_id, self.alpha, self.coverage = beam, n_best, eos_id, alpha, coverage
+    def __init__(self, batch: int, beam: int, n_best: int, eos_id: int, bos_id: int, scoring: Scoring) -> None:
+        self.K, self.n_best, self.eos_id, self.scoring = beam, n_best, eos_id, scoring
         N = batch * beam
         self.trace = _Trace([np.full(N, bos_id, dtype=np.int64)], [np.zeros(N, np.float32)], [np.arange(N)], [])
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -228,6 +270,9 @@ class _BeamSearch:
         t = 0
         while active:
             log_probs, attention, state = model.step(tokens, state)  # (N, V), (N, ...)
+            if self.scoring.forced_eos:
+                last = np.repeat(np.array([t + 1 >= max_lengths[b] for b in active]), K)  # (N,)
+                log_probs = force_eos(log_probs, last, self.eos_id)
             self.trace.attention.append(attention)
             row_tokens, totals = row_candidates(log_probs, cum, 2 * K, len(active))  # (N, C), (A, K·C)
             C = row_tokens.shape[1]
@@ -260,24 +305,51 @@ class _BeamSearch:
         self, sentence: int, candidates: list[_Candidate], log_probs: FloatArray, t: int, last_step: bool
     ) -> list[_Candidate]:
         """Move finished candidates to `finished`; return the K beams that go on (none when done)."""
+        if self.scoring.stopping == "transformers":
+            return self._advance_transformers(sentence, candidates, log_probs, t, last_step)
         alive: list[_Candidate] = []
         finished = self.finished[sentence]
         for row, token, score in candidates:
             if score == -np.inf or len(alive) == self.K:
                 break
             if token == self.eos_id or last_step:
-                tokens, log_probs_, attention = self.trace.rebuild(t, row, token, float(log_probs[row, token]))
-                normalised = score / length_penalty(len(tokens), self.alpha)
-                if self.coverage is not None:
-                    normalised += self.coverage(attention)
-                finished.append(Hypothesis(tokens, log_probs_, attention, normalised, token == self.eos_id))
+                finished.append(self._hypothesis(t, row, token, score, log_probs))
             else:
                 alive.append((row, token, score))
-        if self.coverage is None:
+        if self.scoring.coverage is None:
             done = candidates[0][1] == self.eos_id and len(finished) >= self.n_best
         else:  # rescoring can promote a longer hypothesis: wait for K finished ones, as fairseq does
             done = len(finished) >= self.K
         if last_step or done or not alive:
             return []
+        return self._pad(alive)
+
+    def _advance_transformers(
+        self, sentence: int, candidates: list[_Candidate], log_probs: FloatArray, t: int, last_step: bool
+    ) -> list[_Candidate]:
+        """transformers' beam step: only the top K candidates may end; K best finished are kept; the
+        sentence stops once K have ended and the best live beam at its length cannot beat the worst."""
+        finished = self.finished[sentence]
+        for row, token, score in candidates[: self.K]:
+            if score > -np.inf and (token == self.eos_id or last_step):
+                finished.append(self._hypothesis(t, row, token, score, log_probs))
+        finished.sort(key=lambda h: -h.score)
+        del finished[self.K :]
+        alive = [c for c in candidates if c[1] != self.eos_id and c[2] > -np.inf][: self.K]
+        if last_step or not alive:
+            return []
+        best_possible = self.scoring.normalised(alive[0][2], t + 1)
+        if len(finished) == self.K and best_possible <= finished[-1].score:
+            return []
+        return self._pad(alive)
+
+    def _hypothesis(self, t: int, row: int, token: int, score: float, log_probs: FloatArray) -> Hypothesis:
+        tokens, token_log_probs, attention = self.trace.rebuild(t, row, token, float(log_probs[row, token]))
+        normalised = self.scoring.normalised(score, len(tokens))
+        if self.scoring.coverage is not None:
+            normalised += self.scoring.coverage(attention)
+        return Hypothesis(tokens, token_log_probs, attention, normalised, token == self.eos_id)
+
+    def _pad(self, alive: list[_Candidate]) -> list[_Candidate]:
         dead = (alive[0][0], alive[0][1], -np.inf)  # pads the beam; never chosen again
         return alive + [dead] * (self.K - len(alive))

@@ -17,10 +17,10 @@ from service.engine.catalog import Catalog
 from service.engine.errors import InputTooLong, InvalidRequest
 from service.engine.introspection import force, greedy_target
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
-from service.engine.search import Hypothesis, max_output_length
+from service.engine.search import Hypothesis
 from service.engine.signals import signals
 from service.engine.text import check_text
-from service.engine.tokenizer import Encoding, Tokenizer
+from service.engine.tokenizer import Encoding, TextTokenizer
 from service.engine.translator import SearchOptions, Translator
 from service.settings import Settings
 
@@ -63,8 +63,11 @@ class TranslationService:
         return encodings
 
     def search_options(self, translator: Translator, request: TranslateRequest) -> SearchOptions:
+        """The bundle's default search, then the service's overrides, then the request's."""
         s = self.settings
-        beam = s.default_beam_size if request.beam_size is None else request.beam_size
+        beam = request.beam_size
+        if beam is None:
+            beam = s.default_beam_size or translator.manifest.search.beam_size
         if not 1 <= beam <= s.max_beam_size:
             raise InvalidRequest(
                 f"beam_size is {beam}; it must be 1..{s.max_beam_size}", field="beam_size", limit=s.max_beam_size
@@ -79,7 +82,7 @@ class TranslationService:
             raise InvalidRequest(
                 f"max_output_tokens is {out}; it must be 1..{limit}", field="max_output_tokens", limit=limit
             )
-        return SearchOptions(beam_size=beam, n_best=request.n_best, alpha=s.length_penalty, max_output_tokens=out)
+        return translator.options(beam, request.n_best, out, s.length_penalty)
 
     # 2) decode, batched with other requests
     async def translate(self, request: TranslateRequest) -> dict[str, Any]:
@@ -146,13 +149,10 @@ class TranslationService:
         """Bound the attention payload before decoding, from the longest answer each text could get."""
         if view.format == "none":
             return
-        limit = translator.manifest.limits.max_target_tokens
-        if options.max_output_tokens is not None:
-            limit = min(limit, options.max_output_tokens)
+        caps = translator.max_lengths([len(enc.ids) + 1 for enc in encodings], options.max_output_tokens)
         cells = 0
-        for enc in encodings:
-            rows = max_output_length(len(enc.ids) + 1, limit) + 1  # + the EOS row
-            cells += rows * (view.top_k if view.format == "topk" else len(enc.ids) + 1) * options.n_best
+        for enc, rows in zip(encodings, caps, strict=True):  # rows: generated tokens (EOS included), + 1 spare
+            cells += (int(rows) + 1) * (view.top_k if view.format == "topk" else len(enc.ids) + 1) * options.n_best
         advice = 'Ask for attention.format "topk" or "none", fewer texts, a smaller n_best or max_output_tokens'
         self._check_size(cells, advice, "attention.format")
 
@@ -171,8 +171,8 @@ class TranslationService:
         src_tokens, src_pieces = source_tokens(source)
         tgt_tokens, tgt_pieces, _ = target_tokens(translator, hyp)
         return (
-            word_groups(src_tokens, src_pieces, translator.manifest.source_lang),
-            word_groups(tgt_tokens, tgt_pieces, translator.manifest.target_lang),
+            word_groups(src_tokens, src_pieces),
+            word_groups(tgt_tokens, tgt_pieces),
         )
 
     def encode_target(self, translator: Translator, text: str) -> list[int]:
@@ -180,7 +180,7 @@ class TranslationService:
         ids = self._tokenize(translator.tgt_tokenizer, text, "forced_target", limit).ids
         return [*ids, translator.manifest.special_ids.eos]
 
-    def _tokenize(self, tokenizer: Tokenizer, text: str, name: str, token_limit: int) -> Encoding:
+    def _tokenize(self, tokenizer: TextTokenizer, text: str, name: str, token_limit: int) -> Encoding:
         """Check one text (characters, then tokens with the end-of-sentence token) and tokenize it."""
         check_text(text, name)
         chars = self.settings.max_chars
@@ -233,8 +233,8 @@ class TranslationService:
         assert view.layer is not None and view.heads is not None
         matrix = select_heads(hyp.attention[:, :, :, : len(src_tokens)], view.layer, view.heads)  # (T, S)
         if view.granularity == "word":
-            src_groups = word_groups(src_tokens, src_pieces, translator.manifest.source_lang)
-            tgt_groups = word_groups(tgt_tokens, tgt_pieces, translator.manifest.target_lang)
+            src_groups = word_groups(src_tokens, src_pieces)
+            tgt_groups = word_groups(tgt_tokens, tgt_pieces)
             matrix = merge_matrix(matrix, src_groups, tgt_groups)
             src_tokens = merge_tokens(src_tokens, src_groups, source.text)
             tgt_tokens = merge_tokens(tgt_tokens, tgt_groups, text)
@@ -275,24 +275,29 @@ def token_dict(token: Token) -> dict[str, Any]:
 
 
 def source_tokens(source: Encoding) -> tuple[list[Token], list[str]]:
-    """The pieces the encoder read, and its end-of-sentence token (flagged special)."""
+    """The pieces the encoder read (a target-language token flagged special, with an empty span),
+    and its end-of-sentence token (flagged special)."""
     end = len(source.text)
     tokens = [
-        Token(source.text[s:e] if e > s else p, s, e) for p, (s, e) in zip(source.pieces, source.offsets, strict=True)
+        Token(p if source.is_special(i) or e <= s else source.text[s:e], s, e, special=source.is_special(i))
+        for i, (p, (s, e)) in enumerate(zip(source.pieces, source.offsets, strict=True))
     ]
     return [*tokens, Token("</s>", end, end, special=True)], [*source.pieces, "</s>"]
 
 
 def target_tokens(translator: Translator, hyp: Hypothesis) -> tuple[list[Token], list[str], str]:
-    """Generated pieces with their offsets in the output text and log-probs; EOS flagged special."""
+    """Generated pieces with their offsets in the output text and log-probs; EOS (and any other
+    token that leaves no text, e.g. <unk> in a converted model) flagged special."""
     eos = translator.manifest.special_ids.eos
     body = hyp.tokens[:-1] if hyp.finished else hyp.tokens
     decoded = translator.tgt_tokenizer.decode(body)
     text = decoded.text
-    tokens = [
-        Token(text[s:e] if e > s else p.replace("\u2581", " "), s, e, logprob=float(lp))
-        for p, (s, e), lp in zip(decoded.pieces, decoded.offsets, hyp.token_log_probs[: len(body)], strict=True)
-    ]
+    tokens = []
+    for i, (p, (s, e), lp) in enumerate(
+        zip(decoded.pieces, decoded.offsets, hyp.token_log_probs[: len(body)], strict=True)
+    ):
+        surface = p if decoded.is_special(i) else text[s:e] if e > s else p.replace("\u2581", " ")
+        tokens.append(Token(surface, s, e, special=decoded.is_special(i), logprob=float(lp)))
     pieces = list(decoded.pieces)
     if hyp.finished:
         assert hyp.tokens[-1] == eos

@@ -6,8 +6,9 @@ whitespace of a word piece left out, so `text[start:end]` is exactly what the pi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import sentencepiece as spm
 
@@ -21,12 +22,34 @@ WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
 
 @dataclass(frozen=True)
 class Encoding:
-    """A tokenized text: the ids, their pieces and character spans in `text`."""
+    """A tokenized text: the ids, their pieces and character spans in `text`.
+
+    `special` marks tokens that are not text (a target-language token, an end token): their span
+    is empty. Empty `special` means none is."""
 
     text: str
     ids: list[int]
     pieces: list[str]
     offsets: list[tuple[int, int]]
+    special: list[bool] = field(default_factory=list)
+
+    def is_special(self, i: int) -> bool:
+        return bool(self.special) and self.special[i]
+
+
+class TextTokenizer(Protocol):
+    """What the engine needs of a tokenizer: text to ids with offsets, and ids back to text."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> Encoding: ...
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: list[int]) -> Encoding: ...
+
+    def decode_text(self, ids: list[int]) -> str: ...
 
 
 class Tokenizer:
@@ -68,13 +91,13 @@ class Tokenizer:
         """Normalise `text` and tokenize it, keeping each piece's character span."""
         text = normalize(text)
         proto = self._sp.encode(text, return_type="proto")
-        char_of_byte = _char_index_of_bytes(text)
+        char_of_byte = char_index_of_bytes(text)
         ids, pieces, offsets = [], [], []
         for p in proto.pieces:
             start, end = char_of_byte[p.begin], char_of_byte[p.end]
             ids.append(int(p.id))
             pieces.append(str(p.piece))
-            offsets.append(_trim_leading_space(text, start, end))
+            offsets.append(trim_leading_space(text, start, end))
         return Encoding(text=text, ids=ids, pieces=pieces, offsets=offsets)
 
     def encode_ids(self, texts: list[str]) -> list[list[int]]:
@@ -87,8 +110,8 @@ class Tokenizer:
         ids = [i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]
         proto = self._sp.decode(ids, return_type="proto")
         text = str(proto.text)
-        char_of_byte = _char_index_of_bytes(text)
-        offsets = [_trim_leading_space(text, char_of_byte[p.begin], char_of_byte[p.end]) for p in proto.pieces]
+        char_of_byte = char_index_of_bytes(text)
+        offsets = [trim_leading_space(text, char_of_byte[p.begin], char_of_byte[p.end]) for p in proto.pieces]
         pieces = [str(p.piece) for p in proto.pieces]
         return Encoding(text=text, ids=ids, pieces=pieces, offsets=offsets)
 
@@ -96,7 +119,7 @@ class Tokenizer:
         return self.decode(ids).text
 
 
-def _char_index_of_bytes(text: str) -> list[int]:
+def char_index_of_bytes(text: str) -> list[int]:
     """Map every UTF-8 byte offset of `text` (and its end) to a character offset."""
     index: list[int] = []
     for i, ch in enumerate(text):
@@ -105,7 +128,7 @@ def _char_index_of_bytes(text: str) -> list[int]:
     return index
 
 
-def _trim_leading_space(text: str, start: int, end: int) -> tuple[int, int]:
+def trim_leading_space(text: str, start: int, end: int) -> tuple[int, int]:
     while start < end and text[start].isspace():
         start += 1
     return start, end

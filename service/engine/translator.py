@@ -18,6 +18,7 @@ from service.engine.search import (
     Coverage,
     Hypothesis,
     IntArray,
+    Scoring,
     beam_search,
     best_in_length_order,
     coverage_penalty,
@@ -25,28 +26,34 @@ from service.engine.search import (
     max_output_length,
     truncated_source_ids,
 )
-from service.engine.tokenizer import PAD_ID, Tokenizer
+from service.engine.tokenizer_loading import load_tokenizers
 
 
-def pad_ids(sequences: list[list[int]]) -> tuple[IntArray, npt.NDArray[np.bool_]]:
-    """Right-pad id lists -> ids (B, S) int64 and pad mask (B, S), True = padding."""
+def pad_ids(sequences: list[list[int]], pad_id: int = 0) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """Right-pad id lists -> ids (B, S) int64 and pad mask (B, S), True = padding.
+
+    The mask comes from the lengths, not the ids: a model's end token may share padding's id."""
     width = max(len(s) for s in sequences)
-    ids = np.full((len(sequences), width), PAD_ID, dtype=np.int64)
+    ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
+    mask = np.ones((len(sequences), width), dtype=np.bool_)
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)] = seq
-    return ids, ids == PAD_ID
+        mask[row, : len(seq)] = False
+    return ids, mask
 
 
 @dataclass(frozen=True)
 class SearchOptions:
+    """What one search call does. `Translator.options` fills them from the bundle's defaults."""
+
     beam_size: int = 1
     n_best: int = 1
-    alpha: float = 0.6  # length penalty
+    alpha: float = 0.6  # length penalty (its form is the bundle's: manifest.search.length_penalty)
     # GNMT's coverage penalty beta, over the bundle's default attention view: ranks down beams
     # that leave source tokens unattended (dropped words). 0.2 as in GNMT and OpenNMT's `wu`;
     # BLEU-neutral on the en-zh dev split (docs/models.md), and it keeps names from being dropped.
     coverage_penalty: float = 0.2
-    max_output_tokens: int | None = None  # None: from the source length, capped by the bundle's limit
+    max_output_tokens: int | None = None  # None: the bundle's default cap (EOS included)
 
 
 class Translator:
@@ -56,24 +63,56 @@ class Translator:
         self.bundle = bundle
         self.manifest = bundle.manifest
         self.model = OnnxSeq2Seq(bundle, session_config)
-        self.src_tokenizer = Tokenizer.from_file(bundle.file(self.manifest.tokenizers.source))
-        self.tgt_tokenizer = Tokenizer.from_file(bundle.file(self.manifest.tokenizers.target))
+        self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(bundle)
+
+    def options(
+        self,
+        beam_size: int | None = None,
+        n_best: int = 1,
+        max_output_tokens: int | None = None,
+        alpha: float | None = None,
+    ) -> SearchOptions:
+        """The bundle's default search (manifest.search), with what the caller sets instead."""
+        defaults = self.manifest.search
+        return SearchOptions(
+            beam_size=defaults.beam_size if beam_size is None else beam_size,
+            n_best=n_best,
+            alpha=defaults.alpha if alpha is None else alpha,
+            coverage_penalty=defaults.coverage_penalty,
+            max_output_tokens=max_output_tokens,
+        )
+
+    def max_lengths(self, src_lengths: list[int], max_output_tokens: int | None) -> IntArray:
+        """Each sentence's cap on generated tokens (EOS included): the model's limit, the bundle's
+        default or the request's cap, and (own models) twice the source plus slack."""
+        search = self.manifest.search
+        limit = self.manifest.limits.max_target_tokens
+        for cap in (search.max_output_tokens, max_output_tokens):
+            limit = limit if cap is None else min(limit, cap)
+        if not search.relative_cap:
+            return np.full(len(src_lengths), limit, dtype=np.int64)
+        return np.array([max_output_length(n, limit) for n in src_lengths], dtype=np.int64)
 
     def search_ids(self, src_ids: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """Decode source id lists (each ending in EOS) in one batch; n_best hypotheses each."""
-        ids, mask = pad_ids(src_ids)  # (B, S)
-        state = self.model.encode(ids, mask)
-        limit = self.manifest.limits.max_target_tokens
-        if options.max_output_tokens is not None:
-            limit = min(limit, options.max_output_tokens)
-        max_lengths = np.array([max_output_length(len(s), limit) for s in src_ids], dtype=np.int64)
         special = self.manifest.special_ids
-        coverage = self._coverage(options.coverage_penalty)
+        ids, mask = pad_ids(src_ids, special.pad)  # (B, S)
+        state = self.model.encode(ids, mask)
+        max_lengths = self.max_lengths([len(s) for s in src_ids], options.max_output_tokens)
+        scoring = self.scoring(options)
         ends = (special.bos, special.eos)
         if options.beam_size == 1:
-            return [[h] for h in greedy_search(self.model, state, max_lengths, *ends, options.alpha, coverage)]
-        return beam_search(
-            self.model, state, max_lengths, *ends, options.beam_size, options.n_best, options.alpha, coverage
+            return [[h] for h in greedy_search(self.model, state, max_lengths, *ends, scoring)]
+        return beam_search(self.model, state, max_lengths, *ends, options.beam_size, options.n_best, scoring)
+
+    def scoring(self, options: SearchOptions) -> Scoring:
+        search = self.manifest.search
+        return Scoring(
+            alpha=options.alpha,
+            length_penalty=search.length_penalty,
+            coverage=self._coverage(options.coverage_penalty),
+            stopping=search.stopping,
+            forced_eos=search.forced_eos,
         )
 
     def _coverage(self, beta: float) -> Coverage | None:

@@ -61,11 +61,12 @@ def image() -> str:
 
 
 @pytest.fixture(scope="session")
-def readable_bundles(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test bundles where the image's non-root user can read them."""
+def readable_bundles(bundle_dir: Path, converted_bundles: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test bundles, and a converted Marian one (en-de), where the image's non-root user can read them."""
     root = tmp_path_factory.mktemp("container-bundles")
     target = root / "bundles"
     shutil.copytree(bundle_dir, target)
+    shutil.copytree(converted_bundles / "en-de", target / "en-de")
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target

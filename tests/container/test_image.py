@@ -36,11 +36,18 @@ def test_translate_attention_and_metrics(served: Running) -> None:
         assert "translator_requests_total" in r.read().decode()
 
 
+def test_a_mounted_converted_marian_bundle_is_served(served: Running) -> None:
+    status, result = post(f"{served.url}/v1/translate", {"q": "Tom chases Jerry.", "source": "en", "target": "de"})
+    assert status == 200 and result["model"] == "en-de"
+    assert result["translations"][0]["source_tokens"][0]["text"] == ">>deu<<"
+
+
 def test_runs_as_non_root_without_torch(served: Running) -> None:
     uid = container("exec", served.name, "id", "-u").stdout.strip()
     assert uid not in ("", "0")
-    torch = container("exec", served.name, "python", "-c", "import torch")
-    assert torch.returncode != 0 and "No module named 'torch'" in torch.stderr
+    for module in ("torch", "transformers"):  # the serving image holds neither
+        found = container("exec", served.name, "python", "-c", f"import {module}")
+        assert found.returncode != 0 and f"No module named '{module}'" in found.stderr
     packages = container("exec", served.name, "pip", "list", "--format=freeze").stdout.lower()
     assert sum(line.startswith("onnxruntime") for line in packages.splitlines()) == 1
     inspected = json.loads(container("image", "inspect", "attention-mt:test").stdout)[0]

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from export.alignment import choose_view, find_cases
-from models.data import Pair
 from service.engine.bundle import load_bundle
 from service.engine.translator import Translator
 
@@ -22,7 +21,7 @@ def test_the_bundle_records_its_default_view_and_the_accuracy_per_view(bundle_di
 
 def test_cases_point_at_the_name_tokens(bundle_dir: Path) -> None:
     translator = Translator(load_bundle(bundle_dir / "en-zh"))
-    [case] = find_cases(translator, [Pair("Yesterday Mary slept.", "昨天玛丽睡了。", "")])
+    [case] = find_cases(translator, [("Yesterday Mary slept.", "昨天玛丽睡了。")])
     source = translator.src_tokenizer.encode("Yesterday Mary slept.")
     covered = "".join(source.text[source.offsets[j][0] : source.offsets[j][1]] for j in sorted(case.columns))
     assert "Mary" in covered and "slept" not in covered
@@ -33,7 +32,7 @@ def test_cases_point_at_the_name_tokens(bundle_dir: Path) -> None:
 
 def test_pairs_without_both_forms_are_skipped(bundle_dir: Path) -> None:
     translator = Translator(load_bundle(bundle_dir / "en-zh"))
-    assert find_cases(translator, [Pair("Tom sleeps.", "他睡了。", ""), Pair("Tomorrow.", "汤姆。", "")]) == []
+    assert find_cases(translator, [("Tom sleeps.", "他睡了。"), ("Tomorrow.", "汤姆。")]) == []
 
 
 @pytest.mark.parametrize(

@@ -130,3 +130,33 @@ def test_narrow_screen(server: RunningServer, browser: object) -> None:
     # the page itself never scrolls sideways; a wide heatmap scrolls inside its own box
     assert page.evaluate("document.documentElement.scrollWidth") <= 362
     page.screenshot(path=str(SCREENSHOTS / "page-360.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def converted_server(converted_bundles: Path) -> Iterator[RunningServer]:
+    running = RunningServer(converted_bundles)
+    yield running
+    running.stop()
+
+
+def test_a_converted_model_of_another_pair(converted_server: RunningServer, browser: object) -> None:
+    """An OPUS-MT-style English-German bundle: listed by its languages' names, translated, drawn."""
+    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(converted_server.url + "/")
+    page.wait_for_function("document.querySelectorAll('#pair option').length === 2")
+    labels = page.locator("#pair option").all_inner_texts()
+    assert any(label.startswith("English → German (en-de") for label in labels), labels
+    page.select_option("#pair", "en-de")
+    page.fill("#source", "Tom chases Jerry.")
+    page.click("#translate")
+    page.wait_for_selector("#heatmaps td.cell")
+    expected = api(converted_server, "/v1/translate", {"q": "Tom chases Jerry.", "model": "en-de", "n_best": 3})
+    best = expected["translations"][0]
+    assert page.locator("#translation").inner_text().startswith(best["text"])
+    assert page.locator("#heatmaps td.cell").count() == len(best["target_tokens"]) * len(best["source_tokens"])
+    assert page.locator("#heatmaps thead th").first.is_visible()
+    assert ">>deu<<" in page.locator("#heatmaps thead").inner_text()  # the target token's column is shown
+    page.screenshot(path=str(SCREENSHOTS / "page-en-de.png"), full_page=True)
+    assert not problems, problems

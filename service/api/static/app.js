@@ -4,7 +4,15 @@
 const $ = (id) => document.getElementById(id);
 const state = { models: {}, defaults: {}, result: null, model: null };
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
-const LANGS = { en: "English", zh: "Chinese" };
+// Language names from the browser itself (works offline, for any code a bundle declares).
+const LANGUAGE_NAMES = typeof Intl.DisplayNames === "function" ? new Intl.DisplayNames(["en"], { type: "language" }) : null;
+function languageName(code) {
+  try {
+    return (LANGUAGE_NAMES && LANGUAGE_NAMES.of(code.replace("_", "-"))) || code;
+  } catch (err) {
+    return code;  // not a BCP 47 tag (e.g. a bundle's own code): show it as it is
+  }
+}
 
 function viridis(w) {
   const x = Math.min(Math.max(w, 0), 1) * (VIRIDIS.length - 1);
@@ -135,9 +143,9 @@ function granularity() {
   return document.querySelector('input[name="granularity"]:checked').value;
 }
 
-function selectedPair() {
-  const [source, target] = $("pair").value.split("-");
-  return { source, target };
+// The pair picker lists each language pair's default model by name (codes may hold "-", e.g. pt-BR).
+function selectedModel() {
+  return state.models[$("pair").value];
 }
 
 async function loadModels() {
@@ -145,10 +153,9 @@ async function loadModels() {
     const data = await api("/v1/models");
     data.models.forEach((m) => { state.models[m.name] = m; });
     state.defaults = data.defaults;
-    $("pair").replaceChildren(...Object.keys(data.defaults).map((pair) => {
-      const [s, t] = pair.split("-");
-      const m = state.models[data.defaults[pair]];
-      return new Option(`${LANGS[s] || s} → ${LANGS[t] || t} (${m.family}, ${m.attention})`, pair);
+    $("pair").replaceChildren(...Object.values(data.defaults).map((name) => {
+      const m = state.models[name];
+      return new Option(`${languageName(m.source)} → ${languageName(m.target)} (${m.name}: ${m.family}, ${m.attention})`, name);
     }));
   } catch (err) {
     showError("error", err.message);
@@ -191,14 +198,15 @@ async function translate() {
   showError("error", "");
   $("translate").disabled = true;
   try {
-    const { source, target } = selectedPair();
-    const body = { q: text, source, target, beam_size: 4, n_best: 3, attention: { granularity: granularity() } };
+    const model = selectedModel();
+    // the model's own beam size (its search defaults); up to 3 alternatives
+    const body = { q: text, model: model.name, n_best: Math.min(3, model.search.beam_size), attention: { granularity: granularity() } };
     const data = await api("/v1/translate", body);
     const best = data.translations[0];
     state.result = best;
     state.model = state.models[data.model];
     $("translation").textContent = best.text;
-    $("translation").lang = target;
+    $("translation").lang = model.target;
     $("alternatives").replaceChildren(...best.alternatives.map((alt) => {
       const li = document.createElement("li");
       li.textContent = `${alt.text} `;
@@ -264,9 +272,8 @@ async function scoreForced() {
     return;
   }
   try {
-    const { source, target } = selectedPair();
     const data = await api("/v1/attention", {
-      text: $("source").value, forced_target: forced, source, target,
+      text: $("source").value, forced_target: forced, model: selectedModel().name,
       self_attention: false, granularity: granularity(),
     });
     const perLayer = data.cross_attention;

@@ -21,21 +21,32 @@ PIECES = ["▁Tom", "▁chase", "s", "▁Jerry", ".", "</s>"]
 
 
 def test_english_words_split_at_spaces_punctuation_and_specials() -> None:
-    assert word_groups(SOURCE, PIECES, "en") == [[0], [1, 2], [3], [4], [5]]
+    assert word_groups(SOURCE, PIECES) == [[0], [1, 2], [3], [4], [5]]
 
 
 def test_chinese_pieces_are_words() -> None:
     tokens = [Token("汤姆", 0, 2), Token("追", 2, 3), Token("。", 3, 4)]
-    assert word_groups(tokens, ["▁汤姆", "追", "。"], "zh") == [[0], [1], [2]]
+    assert word_groups(tokens, ["▁汤姆", "追", "。"]) == [[0], [1], [2]]
+
+
+def test_words_follow_the_script_not_the_language_code() -> None:
+    # German joins pieces within a word; Japanese kana and Thai, written without spaces, do not;
+    # a target-language token is a word of its own
+    german = [Token(">>deu<<", 0, 0, special=True), Token("Tom", 0, 3), Token("ja", 4, 6), Token("gt", 6, 8)]
+    assert word_groups(german, [">>deu<<", "▁Tom", "▁ja", "gt"]) == [[0], [1], [2, 3]]
+    japanese = [Token("トム", 0, 2), Token("は", 2, 3), Token("走る", 3, 5)]
+    assert word_groups(japanese, ["▁トム", "は", "走る"]) == [[0], [1], [2]]
+    thai = [Token("ทอม", 0, 3), Token("วิ่ง", 3, 7)]
+    assert word_groups(thai, ["▁ทอม", "วิ่ง"]) == [[0], [1]]
 
 
 def test_merge_sums_source_pieces_means_target_pieces_and_renormalises() -> None:
     # 2 target pieces x 6 source pieces; target pieces 0 and 1 form one word
     m = np.array([[0.1, 0.2, 0.3, 0.2, 0.1, 0.1], [0.3, 0.1, 0.1, 0.3, 0.1, 0.1]])
-    merged = merge_matrix(m, word_groups(SOURCE, PIECES, "en"), [[0, 1]])
+    merged = merge_matrix(m, word_groups(SOURCE, PIECES), [[0, 1]])
     # columns: Tom, chases (0.2+0.3 | 0.1+0.1), Jerry, ., </s>; rows averaged
     np.testing.assert_allclose(merged, [[0.2, 0.35, 0.25, 0.1, 0.1]])
-    words = merge_tokens(SOURCE, word_groups(SOURCE, PIECES, "en"), SOURCE_TEXT)
+    words = merge_tokens(SOURCE, word_groups(SOURCE, PIECES), SOURCE_TEXT)
     assert [(w.text, w.start, w.end) for w in words][:2] == [("Tom", 0, 3), ("chases", 4, 10)]
     assert words[-1].special
 

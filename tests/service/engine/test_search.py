@@ -7,7 +7,15 @@ import hashlib
 import numpy as np
 import pytest
 
-from service.engine.search import Hypothesis, beam_search, coverage_penalty, greedy_search, length_penalty
+from service.engine.search import (
+    Hypothesis,
+    Scoring,
+    beam_search,
+    coverage_penalty,
+    greedy_search,
+    length_penalty,
+    suppress,
+)
 
 BOS, EOS, V = 2, 3, 8
 
@@ -98,8 +106,10 @@ def test_max_length_cuts_and_marks_unfinished() -> None:
 @pytest.mark.parametrize("seed", range(20))
 def test_beam_size_one_equals_greedy(seed: int) -> None:
     max_lengths = np.array([3, 9, 6, 12])
-    greedy = greedy_search(ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, alpha=0.6)
-    beam = beam_search(ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, beam_size=1, alpha=0.6)
+    greedy = greedy_search(ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, Scoring(alpha=0.6))
+    beam = beam_search(
+        ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, beam_size=1, scoring=Scoring(alpha=0.6)
+    )
     for g, [b] in zip(greedy, beam, strict=True):
         assert g.tokens == b.tokens
         assert g.finished == b.finished
@@ -111,7 +121,9 @@ def test_beam_size_one_equals_greedy(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(10))
 def test_beam_rows_are_reordered_consistently(seed: int) -> None:
     model = ScriptedModel(seed=seed)
-    results = beam_search(model, initial(3), np.array([8, 5, 10]), BOS, EOS, beam_size=4, n_best=3, alpha=0.6)
+    results = beam_search(
+        model, initial(3), np.array([8, 5, 10]), BOS, EOS, beam_size=4, n_best=3, scoring=Scoring(alpha=0.6)
+    )
     for nbest in results:
         assert 1 <= len(nbest) <= 3
         assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
@@ -196,8 +208,62 @@ def test_coverage_ranks_down_a_hypothesis_that_drops_a_word() -> None:
         return coverage_penalty(attention, 1.0)
 
     [[plain]] = beam_search(TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, beam_size=2)
-    [[covered]] = beam_search(TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, beam_size=2, coverage=cov)
+    [[covered]] = beam_search(
+        TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, beam_size=2, scoring=Scoring(coverage=cov)
+    )
     assert plain.tokens == [5, EOS]
     assert covered.tokens == [5, 6, EOS]
-    [greedy] = greedy_search(TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, coverage=cov)
+    [greedy] = greedy_search(TwoWordSource(table), initial(1), np.array([5]), BOS, EOS, Scoring(coverage=cov))
     assert greedy.tokens == [5, EOS] and greedy.score < greedy.log_prob  # greedy's choice stays; its score pays
+
+
+TRANSFORMERS = Scoring(alpha=1.0, length_penalty="power", stopping="transformers")
+
+
+def test_transformers_stopping_keeps_looking_for_a_longer_better_hypothesis() -> None:
+    # [EOS] ends first, but under |Y| ** 1.0 the longer [5, 6, EOS] scores better; transformers'
+    # rule waits for beam-size finished hypotheses before it may stop, the best-finished rule does not.
+    table = {(): {EOS: 0.55, 5: 0.45}, (5,): {6: 0.9}, (5, 6): {EOS: 0.9}}
+    [[first]] = beam_search(ScriptedModel(table), initial(1), np.array([6]), BOS, EOS, 2, 1, Scoring(alpha=1.0))
+    assert first.tokens == [EOS]
+    [[best, runner_up]] = beam_search(ScriptedModel(table), initial(1), np.array([6]), BOS, EOS, 2, 2, TRANSFORMERS)
+    assert best.tokens == [5, 6, EOS] and runner_up.tokens == [EOS]
+    assert best.score == pytest.approx(best.log_prob / 3) and runner_up.score == pytest.approx(np.log(0.55), abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_transformers_stopping_with_beam_one_is_greedy(seed: int) -> None:
+    max_lengths = np.array([3, 9, 6, 12])
+    greedy = greedy_search(ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, TRANSFORMERS)
+    beam = beam_search(ScriptedModel(seed=seed), initial(4), max_lengths, BOS, EOS, 1, 1, TRANSFORMERS)
+    for g, [b] in zip(greedy, beam, strict=True):
+        assert g.tokens == b.tokens and g.score == pytest.approx(b.score, abs=1e-6)
+
+
+def test_forced_eos_ends_every_output_at_its_cap() -> None:
+    model = ScriptedModel({(): {5: 0.9}, (5,): {5: 0.9}, (5, 5): {5: 0.9}})
+    forced = Scoring(forced_eos=True)
+    [hyp] = greedy_search(model, initial(1), np.array([3]), BOS, EOS, forced)
+    assert hyp.tokens == [5, 5, EOS] and hyp.finished
+    assert hyp.token_log_probs[-1] == 0.0  # transformers sets the forced token's score to 0
+    [[beam_hyp]] = beam_search(model, initial(1), np.array([3]), BOS, EOS, 2, 1, forced)
+    assert beam_hyp.tokens == [5, 5, EOS] and beam_hyp.finished
+
+
+def test_suppressing_with_renormalisation_is_a_log_softmax_over_the_rest() -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, V)).astype(np.float32)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    out = suppress(log_probs.copy(), (0, 2), renormalize=True)
+    masked = logits.copy()
+    masked[:, [0, 2]] = -np.inf
+    expected = masked - np.log(np.exp(masked).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    plain = suppress(log_probs.copy(), (0, 2))
+    assert np.isneginf(plain[:, [0, 2]]).all() and np.array_equal(plain[:, 1], log_probs[:, 1])
+
+
+def test_power_length_penalty_is_transformers() -> None:
+    assert length_penalty(4, 1.0, "power") == 4.0
+    assert length_penalty(4, 0.5, "power") == 2.0
+    assert length_penalty(4, 0.0, "power") == 1.0
