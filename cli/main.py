@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ app = typer.Typer(
     help="attention-mt: attention seq2seq translation that shows its attention.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: [model] in a help text stays text, and flags show no type
 )
 
 
@@ -81,26 +83,36 @@ def train(
 
 @app.command()
 def evaluate(
-    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `train`")],
+    path: Annotated[Path, typer.Argument(help="a run directory written by `train`, or a bundle directory")],
     split: Annotated[str, typer.Option(help="test or dev")] = "test",
-    corpus: Annotated[Path | None, typer.Option(help="score this TSV instead of a split")] = None,
+    sets: Annotated[
+        str, typer.Option(help="comma-separated: tatoeba (everyday sentences), news (real text)")
+    ] = "tatoeba,news",
+    corpus: Annotated[Path | None, typer.Option(help="score this TSV instead of the sets")] = None,
     beam: Annotated[int, typer.Option(help="beam size (1 = greedy)")] = 4,
-    checkpoint: Annotated[str, typer.Option(help="checkpoint file in the run directory")] = "best.pt",
-    limit: Annotated[int, typer.Option(help="score only the first N pairs (0 = all)")] = 0,
+    no_repeat_ngram: Annotated[
+        int | None, typer.Option(help="no n-gram of this size twice (default: the bundle's; 3 for a run)")
+    ] = None,
+    checkpoint: Annotated[str, typer.Option(help="checkpoint file in a run directory")] = "best.pt",
+    limit: Annotated[int, typer.Option(help="score only the first N pairs of each set (0 = all)")] = 0,
 ) -> None:
-    """Compute sacreBLEU BLEU and chrF; print them and write a JSON next to the checkpoint."""
+    """BLEU, chrF and loop rate on Tatoeba and real text; a run's JSON is written next to its checkpoint."""
     _training_side()
     from models.data import CorpusError
+    from models.evaluate import SETS
     from models.evaluate import evaluate as run_evaluation
 
+    chosen = tuple(s.strip() for s in sets.split(",") if s.strip())
     if split not in ("test", "dev"):
         _fail(f"--split must be test or dev, got {split!r}")
+    if not chosen or set(chosen) - set(SETS):
+        _fail(f"--sets takes {', '.join(SETS)}, got {sets!r}")
     if beam < 1:
         _fail(f"--beam must be at least 1, got {beam}")
-    if not (run_dir / checkpoint).is_file():
-        _fail(f"{run_dir / checkpoint} does not exist; train first")
+    if not (path / "manifest.json").is_file() and not (path / checkpoint).is_file():
+        _fail(f"{path} is neither a bundle (no manifest.json) nor a run with {checkpoint}; train first")
     try:
-        result = run_evaluation(run_dir, split=split, corpus=corpus, beam=beam, checkpoint=checkpoint, limit=limit)
+        result = run_evaluation(path, split, corpus, beam, checkpoint, limit, chosen, no_repeat_ngram)
     except CorpusError as exc:
         _fail(str(exc))
         return
@@ -201,21 +213,33 @@ def convert_hf(
 @app.command()
 def rescore(
     bundle: Annotated[Path, typer.Argument(help="a bundle directory, e.g. bundles/zh-en")],
-    corpus: Annotated[Path | None, typer.Option(help="corpus TSV (default: the shared Tatoeba corpus)")] = None,
+    corpus: Annotated[Path | None, typer.Option(help="Tatoeba TSV (default: the shared corpus)")] = None,
+    real_text: Annotated[Path | None, typer.Option(help="real-text TSV (default: the shared news-zh-en)")] = None,
+    no_repeat_ngram: Annotated[
+        int | None, typer.Option(help="set the bundle's default: no n-gram of this size twice (0: off)")
+    ] = None,
+    repetition_penalty: Annotated[
+        float | None, typer.Option(help="set the bundle's default penalty on written tokens (1.0: off)")
+    ] = None,
+    ratio_from_data: Annotated[
+        bool,
+        typer.Option("--ratio-from-data", help="cap outputs at the training data's 99th-percentile length ratio"),
+    ] = False,
 ) -> None:
-    """Re-measure a bundle's test BLEU (greedy, beam 4) with the current search, into its manifest."""
+    """Re-measure a bundle (Tatoeba and real-text test splits, greedy and beam 4) into its manifest."""
     _training_side()
     from export.bundle_writer import ExportError
-    from export.pipeline import rescore_bundle
+    from export.rescore import RescoreOptions, rescore_bundle
     from models.data import CorpusError
     from service.engine.errors import EngineError
 
+    options = RescoreOptions(corpus, real_text, (1, 4), no_repeat_ngram, repetition_penalty, ratio_from_data)
     try:
-        written = rescore_bundle(bundle, corpus)
+        written = rescore_bundle(bundle, options)
     except (CorpusError, EngineError, ExportError) as exc:
         _fail(str(exc))
         return
-    typer.echo(written.manifest.model_dump_json(indent=2, include={"quality"}))
+    typer.echo(written.manifest.model_dump_json(indent=2, include={"search", "quality"}))
 
 
 @app.command()
@@ -266,41 +290,39 @@ def serve(
     port: Annotated[int | None, typer.Option(help="port (MT_PORT; default 8000)")] = None,
     bundles: Annotated[Path | None, typer.Option(help="bundle directory (MT_BUNDLES; default: ./bundles)")] = None,
     graceful_timeout: Annotated[int, typer.Option(help="seconds to finish in-flight requests on SIGTERM")] = 20,
+    drain_settle: Annotated[
+        float | None,
+        typer.Option(help="seconds to keep accepting after SIGTERM (MT_DRAIN_SETTLE_S; default 3)"),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (settings from MT_* environment variables; options override them)."""
-    import uvicorn
-
-    from service.api.app import create_app
+    from cli.serve_cmd import serve as run_server
+    from service.api.app import SCHEDULER_FAILURE_EXIT_CODE, create_app
     from service.api.logs import configure_logging
     from service.settings import Settings
 
-    given: dict[str, Any] = {"host": host, "port": port, "bundles": bundles}
+    given: dict[str, Any] = {"host": host, "port": port, "bundles": bundles, "drain_settle_s": drain_settle}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
     log_config = configure_logging()
     api = create_app(settings, exit_on_load_failure=True)
-
-    class DrainingServer(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            api.state.draining = True  # /readyz answers 503 from the first signal on
-            super().handle_exit(sig, frame)
-
-    config = uvicorn.Config(
-        api,
-        host=settings.host,
-        port=settings.port,
-        timeout_graceful_shutdown=graceful_timeout,
-        server_header=False,
-        log_config=log_config,
-        access_log=False,  # one JSON line per request comes from the app, with its request id
-    )
-    DrainingServer(config).run()
+    run_server(api, settings.host, settings.port, graceful_timeout, settings.drain_settle_s, log_config)
+    if api.state.fatal:  # the scheduler broke: it drained, and says so to the orchestrator
+        raise typer.Exit(SCHEDULER_FAILURE_EXIT_CODE)
 
 
 @app.command()
 def translate(
-    text: Annotated[str | None, typer.Argument(help="text to translate (default: every line of stdin)")] = None,
+    text: Annotated[
+        str | None, typer.Argument(help="a text to translate, or a file to translate line by line (default: --input)")
+    ] = None,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", "-i", help="file to translate line by line (default: stdin)")
+    ] = None,
+    output_file: Annotated[
+        Path | None, typer.Option("--output", "-o", help="file to write, one line per input line (default: stdout)")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="bundle name")] = None,
-    source: Annotated[str | None, typer.Option(help="source language, with --target")] = None,
+    source: Annotated[str | None, typer.Option(help='source language, with --target; "auto" detects it')] = None,
     target: Annotated[str | None, typer.Option(help="target language, with --source")] = None,
     beam: Annotated[int | None, typer.Option(help="beam size (1 = greedy; default: the model's own)")] = None,
     attention: Annotated[bool, typer.Option("--attention", help="show each target token's top source tokens")] = False,
@@ -308,23 +330,51 @@ def translate(
     bundles: Annotated[Path | None, typer.Option(help="bundle directory (default: ./bundles)")] = None,
     batch_size: Annotated[int, typer.Option(help="lines translated together")] = 32,
 ) -> None:
-    """Translate TEXT, or every line of stdin in batches, without a server; output in input order."""
+    """Translate TEXT, a file or stdin, without a server: one output line per input line, in order.
+
+    Blank lines stay blank. A line that cannot be translated becomes an empty line and stderr says
+    why; the exit code is then 1. Paragraph-long lines are cut into sentences and joined back."""
     import sys
 
-    from cli.translate_cmd import run_translate
+    from cli.translate_cmd import Job, NotUtf8, run_translate
     from service.engine.errors import EngineError
     from service.settings import Settings
 
     if model is None and (source is None or target is None):
         _fail("give --model, or both --source and --target")
-    lines = [text] if text is not None else sys.stdin.read().splitlines()
+    if text is not None and input_file is not None:
+        _fail("give TEXT or --input, not both")
+    if text is not None and Path(text).is_file():
+        typer.echo(f"note: {text} is a file: translating its lines (pipe the words in to translate them)", err=True)
+        input_file, text = Path(text), None
+    job = Job(model, source, target, beam, attention, json_lines, max(batch_size, 1))
     given: dict[str, Any] = {"bundles": bundles} if bundles else {}
     settings = Settings(**given)
     try:
-        for line in run_translate(settings, lines, model, source, target, beam, attention, json_lines, batch_size):
-            typer.echo(line)
+        stream = (
+            io.BytesIO(text.encode())
+            if text is not None
+            else (input_file.open("rb") if input_file else sys.stdin.buffer)
+        )
+        size = input_file.stat().st_size if input_file else None
+        out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
+    except OSError as exc:
+        _fail(str(exc))
+        return
+    try:
+        outcome = run_translate(settings, stream, out, job, sys.stderr, size)
+    except NotUtf8 as exc:
+        _fail(str(exc))
+        return
     except EngineError as exc:
         _fail(exc.message)
+        return
+    finally:
+        if output_file:
+            out.close()
+    if outcome.failed:
+        typer.echo(f"error: {len(outcome.failed)} of {outcome.lines} lines failed: {outcome.failed[:10]}", err=True)
+        raise typer.Exit(code=1)
 
 
 if __name__ == "__main__":

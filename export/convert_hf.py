@@ -28,7 +28,7 @@ from export.marian_weights import convert_weights, load_reference, search_defaul
 from export.onnx_graphs import export_graphs
 from export.provenance import git_commit, versions
 from export.quality import measure_quality
-from export.quantize import quantize_staged
+from export.quantize import is_batch_invariant, quantize_staged
 from models.registry import count_parameters
 from models.transformer import Transformer
 from service.engine.bundle import Bundle, load_bundle, sha256_of
@@ -87,6 +87,9 @@ def convert_hf(model_dir: Path, out: Path, options: ConvertOptions) -> Bundle:
         if options.int8:
             references = [t for _, t in pairs[: len(sources)]] if pairs else None
             staged = quantize_staged(staged, out, fields, fp32, sources[: len(references or sources)], references, cap)
+        else:
+            invariant = is_batch_invariant(fp32, fp32.source_ids(sources), cap)
+            fields["quantization"] = Quantization(mode="none", batch_invariant=invariant)
         write_manifest(staged, fields)
         # 5) the default attention view, and quality on the sample
         final = Translator(load_bundle(staged))

@@ -39,7 +39,6 @@ NEUTRAL_GENERATION = {
     "num_beam_groups": 1,
     "diversity_penalty": 0.0,
     "early_stopping": False,
-    "no_repeat_ngram_size": 0,
     "encoder_no_repeat_ngram_size": 0,
     "repetition_penalty": 1.0,
     "encoder_repetition_penalty": 1.0,
@@ -72,6 +71,7 @@ class Generation:
     forced_eos: bool
     suppressed_ids: list[int]  # bad_words_ids of one token each
     renormalize: bool
+    no_repeat_ngram: int
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,7 @@ def read_generation(directory: Path, config: dict[str, Any], problems: list[str]
         forced_eos=forced is not None,
         suppressed_ids=sorted({int(sequence[0]) for sequence in bad_words if len(sequence) == 1}),
         renormalize=bool(_effective(doc, "renormalize_logits")),
+        no_repeat_ngram=int(_effective(doc, "no_repeat_ngram_size") or 0),
     )
 
 

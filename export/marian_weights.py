@@ -121,7 +121,8 @@ def search_defaults(ckpt: MarianCheckpoint) -> SearchDefaults:
         coverage_penalty=0.0,
         stopping="transformers",
         max_output_tokens=g.max_length - 1,  # transformers' max_length counts the start token
-        relative_cap=False,
+        max_output_ratio=None,
+        no_repeat_ngram=g.no_repeat_ngram,
         forced_eos=g.forced_eos,
         suppressed_ids=g.suppressed_ids,
         renormalize=g.renormalize,

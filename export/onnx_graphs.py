@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from export.graph_io import FamilyIO, dynamic_axes
+from export.invariant_quant import make_padding_invariant
 from models.registry import Seq2Seq
 from models.transformer import Transformer
 from service.engine.manifest import GraphSpec
@@ -108,18 +109,20 @@ def export_graphs(model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSE
                 dynamo=False,
             )
         model.eval()  # the exporter restores the wrapper's mode onto the model afterwards; keep it in eval
-        stamp_declared_shapes(path, graph)
+        exported = onnx.load(str(path))
+        stamp_declared_shapes(exported, graph)
+        make_padding_invariant(exported)  # sums over the padded source add in order: batch-invariant
+        onnx.save(exported, str(path))
         onnx.checker.check_model(str(path), full_check=True)
         paths[graph.file] = path
     return paths
 
 
-def stamp_declared_shapes(path: Path, spec: GraphSpec) -> None:
+def stamp_declared_shapes(model: onnx.ModelProto, spec: GraphSpec) -> None:
     """Write the declared dims onto the graph's inputs and outputs.
 
     The tracer loses some static sizes (a masked_fill leaves `memory`'s feature size symbolic);
     the declaration is the truth, and the service checks sessions against it."""
-    model = onnx.load(str(path))
     declared = {t.name: t.shape for t in [*spec.inputs, *spec.outputs]}
     for value in [*model.graph.input, *model.graph.output]:
         dims = value.type.tensor_type.shape.dim
@@ -130,4 +133,3 @@ def stamp_declared_shapes(path: Path, spec: GraphSpec) -> None:
             else:
                 dim.Clear()
                 dim.dim_param = size
-    onnx.save(model, str(path))

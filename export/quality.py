@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from models.metrics import bleu_tokenize, score
+from models.metrics import bleu_tokenize, loop_rate, score
 from service.engine.manifest import Score
 from service.engine.translator import Translator
 
@@ -18,7 +18,8 @@ def measure_quality(
     scores = []
     for beam in beams:
         options = translator.options(beam_size=beam)
-        result = score(translator.translate_texts(sources, options), references, target)
+        hypotheses = translator.translate_texts(sources, options)
+        result = score(hypotheses, references, target)
         scores.append(
             Score(
                 split=split,
@@ -30,6 +31,9 @@ def measure_quality(
                 bleu=result["bleu"],
                 chrf=result["chrf"],
                 bleu_tokenize=bleu_tokenize(target),
+                loop_rate=loop_rate(hypotheses),
+                no_repeat_ngram=options.no_repeat_ngram,
+                repetition_penalty=options.repetition_penalty,
             )
         )
     return scores

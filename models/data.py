@@ -23,6 +23,13 @@ DEV_FRACTION = 0.036
 TEST_FRACTION = 0.053
 SPLITS = ("train", "dev", "test")
 
+# The real-text pairs (news and health, ../shared/data/news-zh-en): a held-out test set of about
+# 1,000 pairs and a dev set of about 500 to choose search settings on; the rest may be trained on.
+REAL_TEXT_ENV = "ATTENTION_MT_REAL_TEXT"
+_SHARED_REAL_TEXT = Path("shared/data/news-zh-en/news-zh-en.tsv")
+REAL_TEXT_FRACTIONS = (0.0275, 0.055)  # dev, test: about 500 and 1,000 of 18,230
+REAL_TEXT_SALT = "news:"
+
 
 class CorpusError(ValueError):
     """A corpus that cannot be found or read."""
@@ -38,19 +45,33 @@ class Pair:
         return self.en if lang == "en" else self.zh
 
 
-def default_corpus_path() -> Path:
-    """The corpus path: $ATTENTION_MT_CORPUS, else ../shared/... beside the checkout or the cwd."""
-    if env := os.environ.get(CORPUS_ENV):
-        return Path(env)
+def _shared(env: str, relative: Path) -> Path | None:
+    if value := os.environ.get(env):
+        return Path(value)
     project_root = Path(__file__).resolve().parents[1]
     for base in (project_root.parent, Path.cwd().parent, Path.cwd()):
-        candidate = base / _SHARED_CORPUS
-        if candidate.is_file():
-            return candidate
-    raise CorpusError(
-        f"no corpus found: set {CORPUS_ENV} or pass --corpus; expected ../{_SHARED_CORPUS} beside the project "
-        "(get cmn-eng.tsv from https://www.manythings.org/anki/ or tatoeba.org; see README)"
-    )
+        if (base / relative).is_file():
+            return base / relative
+    return None
+
+
+def default_corpus_path() -> Path:
+    """The corpus path: $ATTENTION_MT_CORPUS, else ../shared/... beside the checkout or the cwd."""
+    found = _shared(CORPUS_ENV, _SHARED_CORPUS)
+    if found is None:
+        raise CorpusError(
+            f"no corpus found: set {CORPUS_ENV} or pass --corpus; expected ../{_SHARED_CORPUS} beside the project "
+            "(get cmn-eng.tsv from https://www.manythings.org/anki/ or tatoeba.org; see README)"
+        )
+    return found
+
+
+def default_real_text_path() -> Path:
+    """The real-text pairs: $ATTENTION_MT_REAL_TEXT, else ../shared/data/news-zh-en/news-zh-en.tsv."""
+    found = _shared(REAL_TEXT_ENV, _SHARED_REAL_TEXT)
+    if found is None:
+        raise CorpusError(f"no real-text pairs found: set {REAL_TEXT_ENV}; expected ../{_SHARED_REAL_TEXT}")
+    return found
 
 
 def read_corpus(path: str | Path | None = None) -> list[Pair]:
@@ -96,21 +117,28 @@ def _groups(pairs: list[Pair]) -> list[list[int]]:
     return list(members.values())
 
 
-def split_of(key: str) -> str:
+def split_of(key: str, dev: float = DEV_FRACTION, test: float = TEST_FRACTION) -> str:
     """The split a group goes to, from a hash of its key."""
     bucket = int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:8], 16) / 2**32
-    if bucket < DEV_FRACTION:
+    if bucket < dev:
         return "dev"
-    if bucket < DEV_FRACTION + TEST_FRACTION:
+    if bucket < dev + test:
         return "test"
     return "train"
 
 
-def split_corpus(pairs: list[Pair]) -> dict[str, list[Pair]]:
+def split_corpus(
+    pairs: list[Pair], fractions: tuple[float, float] = (DEV_FRACTION, TEST_FRACTION), salt: str = ""
+) -> dict[str, list[Pair]]:
     """Deterministic train/dev/test splits; pairs keep their corpus order within a split."""
     assignment: dict[int, str] = {}
     for group in _groups(pairs):
-        split = split_of(min(pairs[i].en for i in group))
+        split = split_of(salt + min(pairs[i].en for i in group), *fractions)
         for i in group:
             assignment[i] = split
     return {name: [p for i, p in enumerate(pairs) if assignment[i] == name] for name in SPLITS}
+
+
+def split_real_text(pairs: list[Pair]) -> dict[str, list[Pair]]:
+    """The real-text pairs' splits: about 500 dev and 1,000 test pairs, held out from training."""
+    return split_corpus(pairs, REAL_TEXT_FRACTIONS, REAL_TEXT_SALT)

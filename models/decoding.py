@@ -14,6 +14,7 @@ from torch import Tensor
 
 from models.batching import pad
 from models.seq2seq import Seq2SeqModel
+from service.engine.joining import join
 from service.engine.search import (
     FloatArray,
     Hypothesis,
@@ -26,6 +27,8 @@ from service.engine.search import (
     suppress,
     truncated_source_ids,
 )
+from service.engine.segmentation import Segmenter
+from service.engine.text import normalize
 from service.engine.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
@@ -69,6 +72,7 @@ def translate_ids(
     beam_size: int = 1,
     n_best: int = 1,
     alpha: float = 0.6,
+    no_repeat_ngram: int = 0,
 ) -> list[list[Hypothesis]]:
     """Decode a batch of source id lists (EOS included); n_best hypotheses each, best first."""
     device = next(model.parameters()).device
@@ -78,7 +82,7 @@ def translate_ids(
     state = TorchState(enc.statics, mask, enc.state)
     max_lengths = np.array([max_output_length(len(s), max_tgt_tokens) for s in src_ids], dtype=np.int64)
     step_model = TorchStepModel(model)
-    scoring = Scoring(alpha=alpha)
+    scoring = Scoring(alpha=alpha, no_repeat_ngram=no_repeat_ngram)
     if beam_size == 1:
         return [[h] for h in greedy_search(step_model, state, max_lengths, BOS_ID, EOS_ID, scoring)]
     return beam_search(step_model, state, max_lengths, BOS_ID, EOS_ID, beam_size, n_best, scoring)
@@ -93,14 +97,20 @@ def translate_texts(
     max_tgt_tokens: int,
     beam_size: int = 1,
     batch_size: int = 64,
+    source_lang: str = "en",
+    no_repeat_ngram: int = 0,
 ) -> list[str]:
-    """Translate texts in length-sorted batches; outputs come back in input order.
-
-    Sources longer than the model's limit are cut to it here (this is evaluation, where every
-    test sentence must get an output); the service refuses them instead.
-    """
-    encoded = truncated_source_ids(src_tokenizer.encode_ids(texts), max_src_tokens, EOS_ID)
+    """Translate texts as the service does: each cut into sentences (an over-long one into clauses),
+    the pieces decoded in length-sorted batches, the translations joined back in input order."""
+    texts = [normalize(t) for t in texts]
+    segmenter = Segmenter(src_tokenizer, source_lang, max_src_tokens)
+    pieces = [segmenter(t) for t in texts]
+    flat = [t[p.start : p.end] for t, ps in zip(texts, pieces, strict=True) for p in ps]
+    encoded = truncated_source_ids(src_tokenizer.encode_ids(flat), max_src_tokens, EOS_ID)
     best = best_in_length_order(
-        lambda chunk: translate_ids(model, chunk, max_tgt_tokens, beam_size), encoded, batch_size
+        lambda chunk: translate_ids(model, chunk, max_tgt_tokens, beam_size, no_repeat_ngram=no_repeat_ngram),
+        encoded,
+        batch_size,
     )
-    return [tgt_tokenizer.decode_text(h.tokens) for h in best]
+    outputs = iter(tgt_tokenizer.decode_text(h.tokens) for h in best)
+    return [join(t, ps, [next(outputs) for _ in ps])[0] for t, ps in zip(texts, pieces, strict=True)]

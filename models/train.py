@@ -112,6 +112,7 @@ def dev_bleu(model: Seq2Seq, config: RunConfig, data: TrainData) -> dict[str, fl
         [p.text(config.data.source) for p in pairs],
         config.data.max_src_tokens,
         config.data.max_tgt_tokens,
+        source_lang=config.data.source,
     )
     return score(hyps, [p.text(config.data.target) for p in pairs], config.data.target)
 

@@ -26,16 +26,24 @@ class Settings(BaseSettings):
     # dynamic batching
     batching: bool = True
     max_batch_size: int = Field(32, ge=1, description="texts decoded together at most")
+    max_cohorts: int = Field(
+        4, ge=1, le=64, description="batches decoding at once, one step each in turn (a long one never blocks)"
+    )
     max_queue_delay_ms: float = Field(
         0.0, ge=0, description="extra wait for company; 0: texts that arrive while a batch runs form the next"
     )
-    max_queue: int = Field(256, ge=1, description="texts waiting at most; more get 503 + Retry-After")
+    max_queue: int = Field(
+        256, ge=1, description="sentences waiting at most; more get 503 + Retry-After (and one request never more)"
+    )
     retry_after_s: int = Field(1, ge=1)
 
     # request limits
     max_texts: int = Field(32, ge=1, description="texts per request")
-    max_chars: int = Field(1000, ge=1, description="characters per text")
+    max_chars: int = Field(4000, ge=1, description="characters per text (a paragraph; it is cut into sentences)")
     max_body_bytes: int = Field(256 * 1024, ge=1024)
+    max_header_bytes: int = Field(
+        16 * 1024, ge=1024, description="request header bytes (names and values) at most; more get 431"
+    )
     max_beam_size: int = Field(8, ge=1)
     default_beam_size: int | None = Field(
         None, ge=1, description="None: each bundle's own (manifest search.beam_size: 4 here, num_beams if converted)"
@@ -43,7 +51,7 @@ class Settings(BaseSettings):
     length_penalty: float | None = Field(
         None, ge=0, description="length penalty exponent for every bundle; None: each bundle's own"
     )
-    max_attention_cells: int = Field(200_000, ge=1, description="floats of attention in one response at most")
+    max_attention_cells: int = Field(1_000_000, ge=1, description="floats of attention in one response at most")
 
     # signals
     unattended_threshold: float = Field(0.2, ge=0, description="coverage under which a source word is flagged")
@@ -58,6 +66,9 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(0, ge=0, description="requests per minute per API key (0: no limit)")
 
     # serving
+    drain_settle_s: float = Field(
+        3.0, ge=0, description="after SIGTERM, keep accepting this long (readyz 503) so load balancers stop sending"
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     warmup_text: str = "Hello."

@@ -7,11 +7,12 @@ import asyncio
 
 import pytest
 
+from service.api.app import build_service
+from service.api.presentation import translation_json
 from service.engine.bundle import load_bundle
 from service.engine.catalog import Catalog
 from service.engine.onnx_model import SessionConfig
 from service.engine.requests import TranslateRequest
-from service.engine.service import TranslationService
 from service.settings import DEFAULT_BUNDLES, Settings
 
 SHIPPED = sorted(p.parent.name for p in DEFAULT_BUNDLES.glob("*/manifest.json")) if DEFAULT_BUNDLES.is_dir() else []
@@ -21,14 +22,14 @@ BLEU_BARS = {"en-zh": 20.0, "zh-en": 20.0, "en-zh-rnn": 15.0}
 
 def translate(name: str, text: str) -> dict:
     settings = Settings(bundles=DEFAULT_BUNDLES)
-    service = TranslationService(Catalog.load(DEFAULT_BUNDLES, SessionConfig()), settings)
+    service = build_service(Catalog.load(DEFAULT_BUNDLES, SessionConfig()), settings)
 
     async def run() -> dict:
-        service.batcher.start()
+        service.scheduler.start()
         try:
-            return (await service.translate(TranslateRequest([text], model=name)))["translations"][0]
+            return translation_json((await service.translate(TranslateRequest([text], model=name)))[0])
         finally:
-            await service.batcher.stop()
+            await service.scheduler.stop()
 
     return asyncio.run(run())
 

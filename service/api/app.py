@@ -2,8 +2,9 @@
 
 Startup order: the process answers /livez at once; bundles load and warm up in the background,
 and /readyz turns 200 only when every bundle is loaded, warmed, and the service is not draining.
-A bundle that fails to load is logged in one line naming the file and the reason; under
-`attention-mt serve` the process then exits non-zero.
+Any failure to load or warm up is logged with its reason (and the traceback when unexpected); under
+`attention-mt serve` the process then exits with LOAD_FAILURE_EXIT_CODE (3). Response bodies name
+bundles by name only; the log keeps paths.
 """
 
 from __future__ import annotations
@@ -11,27 +12,81 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+import re
+import signal
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from service.api import errors
-from service.api.auth import ApiKeyAuth
+from service.api import errors, libretranslate
+from service.api.auth import ApiKeyAuth, KeyRing
+from service.api.docs import install_docs
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestContext
 from service.api.routes import STATIC_DIR, router
+from service.api.security import HeaderLimit, SecurityHeaders
 from service.engine.catalog import Catalog, resolve_provider
 from service.engine.errors import EngineError
 from service.engine.onnx_model import SessionConfig
 from service.engine.requests import TranslateRequest
+from service.engine.scheduler import SchedulerConfig
 from service.engine.service import TranslationService
+from service.engine.validation import Limits
 from service.settings import Settings
 
 log = logging.getLogger("attention_mt")
 LOAD_FAILURE_EXIT_CODE = 3
+SCHEDULER_FAILURE_EXIT_CODE = 4
+
+
+def limits(settings: Settings) -> Limits:
+    """The engine's request limits, from the HTTP settings (the engine never sees those)."""
+    return Limits(
+        max_texts=settings.max_texts,
+        max_chars=settings.max_chars,
+        max_beam_size=settings.max_beam_size,
+        default_beam_size=settings.default_beam_size,
+        length_penalty=settings.length_penalty,
+        max_attention_cells=settings.max_attention_cells,
+        max_pieces=settings.max_queue,
+        unattended_threshold=settings.unattended_threshold,
+    )
+
+
+def scheduling(settings: Settings) -> SchedulerConfig:
+    return SchedulerConfig(
+        batching=settings.batching,
+        max_batch=settings.max_batch_size,
+        max_cohorts=settings.max_cohorts,
+        max_delay_s=settings.max_queue_delay_ms / 1000,
+        max_queue=settings.max_queue,
+        retry_after_s=settings.retry_after_s,
+    )
+
+
+def build_service(
+    catalog: Catalog,
+    settings: Settings,
+    on_batch: Callable[[int], None] | None = None,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> TranslationService:
+    return TranslationService(catalog, limits(settings), scheduling(settings), on_batch, on_fatal)
+
+
+def on_scheduler_failure(app: FastAPI) -> Callable[[BaseException], None]:
+    """The scheduler's loop broke (it already failed every request it held and logged why): /readyz
+    turns 503 from its health; under `attention-mt serve` the process drains and exits non-zero."""
+
+    def fatal(exc: BaseException) -> None:
+        app.state.fatal = True
+        if app.state.exit_on_load_failure:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return fatal
 
 
 def session_config(settings: Settings) -> SessionConfig:
@@ -44,22 +99,50 @@ def session_config(settings: Settings) -> SessionConfig:
     )
 
 
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.-])/(?:[^\s/'\"()]+/)+([^\s/'\"()]*)")
+
+
+def public_reason(exc: BaseException, bundles: Path) -> str:
+    """Why loading failed, for response bodies: bundles named by name, never a filesystem path.
+
+    The log line keeps the full message, paths and traceback."""
+    if not isinstance(exc, EngineError):  # its text (an OSError's) often holds a path
+        return f"model load failed ({type(exc).__name__}); the server log has the details"
+    message = exc.message
+    for root in {str(bundles), str(bundles.absolute()), str(bundles.resolve())}:
+        message = message.replace(root + os.sep, "").replace(root, bundles.name)
+    return _ABSOLUTE_PATH.sub(r"\1", message)  # any path left (outside the bundle directory)
+
+
+def fail_startup(app: FastAPI, exc: Exception) -> None:
+    """Log why startup failed; under `attention-mt serve`, exit with LOAD_FAILURE_EXIT_CODE."""
+    settings: Settings = app.state.settings
+    app.state.load_error = public_reason(exc, settings.bundles)
+    if isinstance(exc, EngineError):  # a known problem: its message says what to fix
+        log.error("model load failed: %s", exc.message, extra={"event": "load_failed"})
+    else:  # a bug or an environment fault: keep the traceback
+        log.error("model load failed: %s: %s", type(exc).__name__, exc, exc_info=exc, extra={"event": "load_failed"})
+    if app.state.exit_on_load_failure:
+        logging.shutdown()  # flush the line above: os._exit skips every handler
+        os._exit(LOAD_FAILURE_EXIT_CODE)  # fail fast; an orchestrator restarts or alerts
+
+
 async def load_and_warm(app: FastAPI) -> None:
+    """Load and warm up; any failure is logged and (under `serve`) ends the process, never silently."""
+    try:
+        await _load_and_warm(app)
+    except Exception as exc:  # not CancelledError: a shutdown during loading is no failure
+        fail_startup(app, exc)
+
+
+async def _load_and_warm(app: FastAPI) -> None:
     """Load every bundle (off the event loop), start batching, warm each model, then be ready."""
     settings: Settings = app.state.settings
-    try:
-        catalog = await asyncio.to_thread(Catalog.load, settings.bundles, session_config(settings))
-    except EngineError as exc:
-        app.state.load_error = exc.message
-        log.error("model load failed: %s", exc.message, extra={"event": "load_failed"})
-        if app.state.exit_on_load_failure:
-            logging.shutdown()
-            os._exit(LOAD_FAILURE_EXIT_CODE)  # fail fast; an orchestrator restarts or alerts
-        return
+    catalog = await asyncio.to_thread(Catalog.load, settings.bundles, session_config(settings))
     metrics: Metrics = app.state.metrics
     metrics.describe_models(catalog)
-    service = TranslationService(catalog, settings, on_batch=metrics.batch_size.observe)
-    service.batcher.start()
+    service = build_service(catalog, settings, metrics.batch_size.observe, on_scheduler_failure(app))
+    service.scheduler.start()
     app.state.service = service
     for name in sorted(catalog.models):  # first runs allocate and optimise
         await service.translate(TranslateRequest(texts=[settings.warmup_text], model=name, beam_size=1))
@@ -77,7 +160,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading.cancel()
         await asyncio.gather(loading, return_exceptions=True)
         if app.state.service is not None:
-            await app.state.service.batcher.stop()
+            await app.state.service.scheduler.stop()
 
 
 def create_app(settings: Settings, exit_on_load_failure: bool = False) -> FastAPI:
@@ -87,8 +170,8 @@ def create_app(settings: Settings, exit_on_load_failure: bool = False) -> FastAP
         summary="Translation that shows its attention",
         version="0.1.0",
         lifespan=lifespan,
-        docs_url="/docs" if docs else None,
-        redoc_url="/redoc" if docs else None,
+        docs_url=None,  # served by install_docs, from local assets: /docs works without internet
+        redoc_url=None,
         openapi_url="/openapi.json" if docs else None,
     )
     app.state.settings = settings
@@ -96,18 +179,25 @@ def create_app(settings: Settings, exit_on_load_failure: bool = False) -> FastAP
     app.state.service = None
     app.state.ready = False
     app.state.draining = False
+    app.state.fatal = False
     app.state.load_error = None
     app.state.exit_on_load_failure = exit_on_load_failure
     errors.install(app)
     app.include_router(router)
+    app.include_router(libretranslate.router)
+    if docs:
+        install_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(ApiKeyAuth, keys=settings.api_keys, per_minute=settings.rate_limit_per_minute)
+    app.state.keyring = KeyRing(settings.api_keys, settings.rate_limit_per_minute)
+    app.add_middleware(ApiKeyAuth, ring=app.state.keyring)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=list(settings.cors_origins),  # none by default: browsers on other origins are refused
         allow_methods=["GET", "POST"],
         allow_headers=["content-type", "x-request-id", "x-api-key"],
     )
+    app.add_middleware(HeaderLimit, max_bytes=settings.max_header_bytes)
+    app.add_middleware(SecurityHeaders)  # on every answer, refusals included
     app.add_middleware(RequestContext, metrics=app.state.metrics)
     return app

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.engine.bundle import BundleInvalid
 from service.engine.errors import (
+    CallerLeft,
     DeadlineExceeded,
     EngineError,
     InputTooLong,
@@ -35,6 +36,7 @@ STATUS = {
     Overloaded: 503,
     NotReady: 503,
     DeadlineExceeded: 504,
+    CallerLeft: 499,  # nginx's code for it: nobody reads the answer, the access log does
 }
 HTTP_CODES = {
     400: "invalid_json",
@@ -80,6 +82,12 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
     if first.get("type") == "json_invalid":
         return error_response(400, "invalid_json", f"the body is not valid JSON: {first.get('msg')}", "body")
+    missing = [_field(tuple(e["loc"])) for e in errors if e.get("type") == "missing"]
+    unknown = [_field(tuple(e["loc"])) for e in errors if e.get("type") == "extra_forbidden"]
+    if missing and unknown:  # most likely one name for another: `text` sent where `q` is expected
+        names = ", ".join(f"`{u}`" for u in unknown)
+        message = f"`{missing[0]}` is required (this endpoint has no field {names})"
+        return error_response(422, "invalid_request", message, missing[0])
     field = _field(tuple(first["loc"]))
     # a union (`q`: string or list) reports one error per branch: say them together
     same_field = list(dict.fromkeys(e["msg"] for e in errors if _field(tuple(e["loc"])) == field))
@@ -113,9 +121,16 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def on_internal_error(request: Request, exc: Exception) -> JSONResponse:
-    """A bug: 500 with the request id to quote, never a traceback or a path."""
+    """A bug: 500 with the request id to quote, never a traceback or a path. The log line has the
+    message and traceback under the same request id, so the id a user quotes leads to the cause."""
     request_id = getattr(request.state, "request_id", None)
-    log.error("internal error", exc_info=exc, extra={"event": "internal_error", "request_id": request_id})
+    log.error(
+        "internal error: %s: %s",
+        type(exc).__name__,
+        exc,
+        exc_info=exc,
+        extra={"event": "internal_error", "request_id": request_id, "method": request.method},
+    )
     headers = {"x-request-id": request_id} if request_id else None  # this answer bypasses the middleware
     return error_response(500, "internal_error", f"internal error; quote request id {request_id}", headers=headers)
 

@@ -1,4 +1,7 @@
-"""JSON log lines. Fields come from `extra=`; the request's text and API keys are never passed in."""
+"""JSON log lines. Fields come from `extra=`; the request's text and API keys are never passed in.
+
+A logged exception adds its type, message and traceback (`error_type`, `error`, `traceback`): logs
+may hold paths; response bodies never do."""
 
 from __future__ import annotations
 
@@ -19,8 +22,12 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         line |= {k: getattr(record, k) for k in FIELDS if hasattr(record, k)}
-        if record.exc_info:  # the exception's type only: no traceback, no paths, no user data
-            line["error_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+        if record.exc_info and record.exc_info[0] is not None:  # a log line must say what failed, and where
+            line["error_type"] = record.exc_info[0].__name__
+            line["error"] = str(record.exc_info[1])
+            line["traceback"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, ensure_ascii=False)
 
 

@@ -19,6 +19,11 @@ SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 KNOWN_ROUTES = {"/v1/translate", "/v1/attention", "/v1/models", "/livez", "/readyz", "/metrics", "/"}
 
 
+JSON_MEDIA = frozenset({b"application/json"})
+FORM_MEDIA = JSON_MEDIA | {b"application/x-www-form-urlencoded"}
+FORM_PATHS = frozenset({"/translate", "/detect", "/languages"})  # LibreTranslate's clients send forms
+
+
 class BodyLimit:
     """Refuse bodies over `max_bytes` with 413 before any handler parses them."""
 
@@ -47,10 +52,10 @@ class BodyLimit:
             return
         headers = dict(scope["headers"])
         media_type = headers.get(b"content-type", b"application/json").split(b";")[0].strip().lower()
-        if media_type != b"application/json":
-            await self._send(
-                send, 415, "unsupported_media_type", "send the body as JSON (content-type: application/json)"
-            )
+        allowed = FORM_MEDIA if scope["path"] in FORM_PATHS else JSON_MEDIA
+        if media_type not in allowed:
+            kinds = "JSON or a form (application/x-www-form-urlencoded)" if len(allowed) > 1 else "JSON"
+            await self._send(send, 415, "unsupported_media_type", f"send the body as {kinds}")
             return
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:

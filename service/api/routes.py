@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.api.deps import service_of, within_deadline
 from service.api.errors import error_response
+from service.api.presentation import introspection_cells, introspection_json, translate_json, translation_cells
+from service.api.responses import FastJSON, answer
 from service.api.schemas import (
     ErrorBody,
     IntrospectBody,
@@ -25,9 +26,8 @@ from service.api.schemas import (
 )
 from service.api.svg import heatmap_svg
 from service.engine.catalog import Catalog
-from service.engine.errors import DeadlineExceeded, NotReady
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
-from service.engine.service import TranslationService
+from service.engine.results import TextTranslation
 
 T = TypeVar("T")
 router = APIRouter()
@@ -37,36 +37,15 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _service(request: Request) -> TranslationService:
-    service: TranslationService | None = request.app.state.service
-    if service is None:
-        raise NotReady(request.app.state.load_error or "models are loading; retry shortly")
-    return service
-
-
-async def _within_deadline(request: Request, timeout_ms: int | None, work: Awaitable[T]) -> T:
-    """Await `work` within the request's deadline: the body's timeout_ms, capped by the setting."""
-    limit = request.app.state.settings.request_timeout_s
-    seconds = min(limit, timeout_ms / 1000) if timeout_ms else limit
-    try:
-        return await asyncio.wait_for(work, seconds)
-    except TimeoutError:
-        raise DeadlineExceeded(
-            f"the request did not finish within its deadline of {seconds * 1000:.0f} ms",
-            field="timeout_ms",
-            limit=round(limit * 1000),
-        ) from None
-
-
-def _count_tokens(request: Request, result: dict[str, Any]) -> None:
+def _count_tokens(request: Request, results: list[TextTranslation]) -> None:
     tokens = request.app.state.metrics.tokens
-    for t in result["translations"]:
-        tokens.labels("in").inc(len(t["source_tokens"]))
-        tokens.labels("out").inc(len(t["target_tokens"]))
+    for t in results:
+        tokens.labels("in").inc(len(t.best.source_tokens))
+        tokens.labels("out").inc(len(t.best.target_tokens))
 
 
 @router.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS, tags=["translate"])
-async def translate(body: TranslateBody, request: Request) -> JSONResponse:
+async def translate(body: TranslateBody, request: Request) -> FastJSON:
     """Translate one text or a batch, with the attention of every output token."""
     started = time.perf_counter()
     a = body.attention
@@ -80,24 +59,27 @@ async def translate(body: TranslateBody, request: Request) -> JSONResponse:
         n_best=body.n_best,
         max_output_tokens=body.max_output_tokens,
         attention=AttentionOptions(a.granularity, a.format, a.top_k, a.layer, a.heads),
+        no_repeat_ngram=body.no_repeat_ngram,
+        repetition_penalty=body.repetition_penalty,
     )
-    result = await _within_deadline(request, body.timeout_ms, _service(request).translate(job))
+    results = await within_deadline(request, body.timeout_ms, service_of(request).translate(job))
     request.app.state.metrics.inference.labels("request").observe(time.perf_counter() - started)
-    _count_tokens(request, result)
-    return JSONResponse(result)
+    _count_tokens(request, results)
+    return await answer(lambda: translate_json(results), translation_cells(results))
 
 
 def introspect_request(body: IntrospectBody, **changes: Any) -> IntrospectRequest:
     """The engine request of a /v1/attention body (the SVG route narrows it with `changes`)."""
-    fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(IntrospectRequest)}
-    return IntrospectRequest(**{**fields, **changes})
+    fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(IntrospectRequest) if f.name != "text"}
+    return IntrospectRequest(text=body.q, **{**fields, **changes})
 
 
 @router.post("/v1/attention", response_model=IntrospectResponse, responses=ERRORS, tags=["introspect"])
-async def attention(body: IntrospectBody, request: Request) -> JSONResponse:
-    """Every layer and head of one translation; score your own translation with forced_target."""
+async def attention(body: IntrospectBody, request: Request) -> FastJSON:
+    """Every layer and head of one translation (the one /v1/translate gives, or forced_target scored)."""
     job = introspect_request(body)
-    return JSONResponse(await _within_deadline(request, body.timeout_ms, _service(request).introspect(job)))
+    result = await within_deadline(request, body.timeout_ms, service_of(request).introspect(job))
+    return await answer(lambda: introspection_json(result), introspection_cells(result))
 
 
 @router.post(
@@ -108,18 +90,21 @@ async def attention(body: IntrospectBody, request: Request) -> JSONResponse:
 )
 async def attention_svg(body: SvgBody, request: Request) -> Response:
     """A self-contained SVG heatmap of one layer's cross-attention (one head or the mean)."""
-    service = _service(request)
+    service = service_of(request)
     translator = service.resolve(body.model, body.source, body.target)
-    layers = translator.manifest.architecture.layers
-    layer = body.layer + layers if body.layer < 0 else body.layer
-    heads = None if body.head == "mean" else [body.head]
+    default, layers = translator.manifest.attention_view, translator.manifest.architecture.layers
+    layer = default.layer if body.layer is None else body.layer  # the bundle's default view unless asked
+    layer = layer + layers if layer < 0 else layer
+    head = default.heads if body.head is None else body.head
+    heads = None if head == "mean" else [head]
     job = introspect_request(body, model=translator.manifest.name, layers=[layer], heads=heads, self_attention=False)
-    result = await _within_deadline(request, body.timeout_ms, service.introspect(job))
-    matrix = np.asarray(result["cross_attention"][0]).mean(axis=0).tolist()  # (T, S) over the chosen heads
-    head = "mean of heads" if body.head == "mean" else f"head {body.head}"
-    title = f"{result['model']}: {result['text']} (layer {layer}, {head})"
-    labels = [[t["text"] for t in result[k]] for k in ("source_tokens", "target_tokens")]
-    svg = heatmap_svg(labels[0], labels[1], matrix, title)
+    result = await within_deadline(request, body.timeout_ms, service.introspect(job))
+    matrix = result.cross_attention[0].mean(axis=0)  # (T, S) over the chosen heads
+    caption = f"layer {layer}, {'mean of heads' if head == 'mean' else f'head {head}'}"
+    labels = [[t.text for t in tokens] for tokens in (result.best.source_tokens, result.best.target_tokens)]
+    svg = await asyncio.to_thread(
+        heatmap_svg, labels[0], labels[1], matrix.tolist(), f"{result.model}: {result.best.text}", caption
+    )
     return Response(svg, media_type="image/svg+xml")
 
 
@@ -150,7 +135,7 @@ def describe(name: str, catalog: Catalog) -> dict[str, Any]:
 @router.get("/v1/models", tags=["models"])
 async def models(request: Request) -> dict[str, Any]:
     """The loaded models, and the default model of each language pair."""
-    catalog: Catalog = _service(request).catalog
+    catalog: Catalog = service_of(request).catalog
     return {
         "models": [describe(name, catalog) for name in sorted(catalog.models)],
         "defaults": {f"{s}-{t}": name for (s, t), name in sorted(catalog.defaults.items())},
@@ -160,7 +145,7 @@ async def models(request: Request) -> dict[str, Any]:
 @router.get("/v1/models/{name}", tags=["models"], responses={404: {"model": ErrorBody}})
 async def model(name: str, request: Request) -> Any:
     """One model's languages, architecture, quantization, parity and quality figures."""
-    catalog: Catalog = _service(request).catalog
+    catalog: Catalog = service_of(request).catalog
     if name not in catalog.models:
         return error_response(
             404, "unknown_model", f"no model named {name!r}; loaded: {', '.join(sorted(catalog.models))}", "name"
@@ -186,8 +171,12 @@ async def readyz(request: Request) -> Any:
     state = request.app.state
     if state.draining:
         return error_response(503, "draining", "the service is shutting down", headers={"Retry-After": "1"})
+    if state.load_error is not None:  # path-free (see app.public_reason)
+        return error_response(503, "load_failed", state.load_error, headers={"Retry-After": "1"})
     if not state.ready:
         return error_response(503, "not_ready", "models are loading or warming up", headers={"Retry-After": "1"})
+    if not state.service.scheduler.healthy:
+        return error_response(503, "unhealthy", "the inference scheduler stopped; the server log has why")
     return {"status": "ready"}
 
 
@@ -195,5 +184,5 @@ async def readyz(request: Request) -> Any:
 async def metrics(request: Request) -> Response:
     """Prometheus metrics."""
     m = request.app.state.metrics
-    m.queue_depth.set(_service(request).batcher.depth)
+    m.queue_depth.set(service_of(request).scheduler.depth)
     return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

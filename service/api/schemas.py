@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class Strict(BaseModel):
@@ -38,14 +38,25 @@ class TranslateBody(Strict):
         },
     )
     q: str | list[str] = Field(description="one text, or a list of texts (1..max_texts)")
-    source: str | None = Field(None, description="source language code, as /v1/models lists them; or give model")
+    source: str | None = Field(
+        None, description='source language code as /v1/models lists them, or "auto" to detect it; or give model'
+    )
     target: str | None = Field(None, description="target language")
     model: str | None = Field(None, description="a bundle name from /v1/models, instead of source/target")
     beam_size: int | None = Field(
         None, description="1 = greedy; default: the model's own search (/v1/models), maximum: a setting"
     )
     n_best: int = Field(1, description="hypotheses per text, at most beam_size")
-    max_output_tokens: int | None = Field(None, description="cap on generated tokens, at most the model's limit")
+    max_output_tokens: int | None = Field(
+        None, description="cap on generated tokens per sentence, at most the model's limit"
+    )
+    no_repeat_ngram: int | None = Field(
+        None,
+        description="no n-gram of this size twice in a sentence's translation (0: off, up to 8); default: the model's",
+    )
+    repetition_penalty: float | None = Field(
+        None, description="penalty on tokens already written (1.0: off, up to 3.0); default: the model's"
+    )
     attention: AttentionParams = AttentionParams()
     timeout_ms: int | None = Field(None, ge=1, description="deadline in ms, capped by the service's own")
 
@@ -55,9 +66,9 @@ class IntrospectBody(Strict):
         **Strict.model_config,
         json_schema_extra={
             "examples": [
-                {"text": "Tom chases Jerry.", "source": "en", "target": "zh"},
+                {"q": "Tom chases Jerry.", "source": "en", "target": "zh"},
                 {
-                    "text": "Tom chases Jerry.",
+                    "q": "Tom chases Jerry.",
                     "forced_target": "汤姆追杰瑞。",
                     "model": "en-zh",
                     "layers": [0],
@@ -66,8 +77,12 @@ class IntrospectBody(Strict):
             ]
         },
     )
-    text: str
+    q: str = Field(
+        validation_alias=AliasChoices("q", "text"),
+        description="the text, as /v1/translate's q (one text); `text` is accepted as an older alias",
+    )
     forced_target: str | None = Field(None, description="a translation to score instead of decoding one")
+    beam_size: int | None = Field(None, description="as /v1/translate: the model's own by default")
     source: str | None = None
     target: str | None = None
     model: str | None = None
@@ -85,8 +100,12 @@ class IntrospectBody(Strict):
 class SvgBody(IntrospectBody):
     """The /v1/attention request, plus which layer and head to draw."""
 
-    layer: int = Field(-1, description="decoder layer to draw (negative counts from the end)")
-    head: Literal["mean"] | int = Field("mean", description='"mean" of the heads, or one head index')
+    layer: int | None = Field(
+        None, description="decoder layer to draw (negative counts from the end); default: the model's default view"
+    )
+    head: Literal["mean"] | int | None = Field(
+        None, description='"mean" of the heads, or one head index; default: the model\'s default view'
+    )
 
 
 class TokenOut(BaseModel):
@@ -132,8 +151,38 @@ class HypothesisOut(BaseModel):
     signals: Signals
 
 
+class SpanOut(BaseModel):
+    start: int
+    end: int
+
+
+class SegmentOut(BaseModel):
+    source: SpanOut = Field(description="characters of the source text this piece covers")
+    target: SpanOut = Field(description="characters of the translation it became")
+    source_tokens: SpanOut = Field(description="its range of source_tokens (end exclusive)")
+    target_tokens: SpanOut = Field(description="its range of target_tokens (end exclusive)")
+    join: Literal["start", "line", "sentence", "clause", "limit"] = Field(
+        description="what separates it from the piece before: a line break, a sentence end, a clause "
+        "(an over-long sentence cut at ,;:), or the token limit (a last resort)"
+    )
+
+
+class WarningOut(BaseModel):
+    code: str
+    message: str
+
+
+class DetectedOut(BaseModel):
+    language: str
+    confidence: float
+
+
 class TranslationOut(HypothesisOut):
-    alternatives: list[HypothesisOut]
+    alternatives: list[HypothesisOut] = Field(description="n-best; for a text the model read as one piece")
+    segments: list[SegmentOut] = Field(description="the sentences and clauses translated one by one")
+    warnings: list[WarningOut]
+    model: str
+    detected_language: DetectedOut | None = None
 
 
 class TranslateResponse(BaseModel):
@@ -150,6 +199,8 @@ class IntrospectResponse(BaseModel):
     target_tokens: list[TokenOut]
     attention_view: AttentionViewOut
     signals: Signals
+    segments: list[SegmentOut]
+    warnings: list[WarningOut]
     layers: list[int]
     heads: list[int]
     cross_attention: list[list[list[list[float]]]] = Field(description="[layer][head][target][source]")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from service.engine.scripts import unspaced
 from service.engine.tokenizer import WORD_BOUNDARY
 
 Matrix = npt.NDArray[np.float64]
@@ -24,11 +25,6 @@ WORD_RULE = (
     "word = source/target pieces between whitespace (scripts written without spaces, e.g. Chinese: each piece; "
     "punctuation and special tokens: their own); "
     "columns summed over a source word's pieces, rows averaged over a target word's pieces, rows renormalised"
-)
-# Scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, kana, CJK ideographs.
-_UNSPACED: tuple[tuple[int, int], ...] = (
-    *((0x0E00, 0x0EFF), (0x0F00, 0x0FFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF)),
-    *((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F)),
 )
 
 
@@ -53,11 +49,6 @@ def _is_punctuation(text: str) -> bool:
     return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
 
 
-def _unspaced(text: str) -> bool:
-    """Whether text has a character of a script that does not put spaces between words."""
-    return any(lo <= ord(ch) <= hi for ch in text for lo, hi in _UNSPACED)
-
-
 def word_groups(tokens: list[Token], pieces: list[str]) -> list[list[int]]:
     """Indices of the tokens that form each word, in order. Language-neutral: words are told
     apart by SentencePiece's word boundary, punctuation, special tokens and the script."""
@@ -66,8 +57,8 @@ def word_groups(tokens: list[Token], pieces: list[str]) -> list[list[int]]:
         surface = piece.lstrip(WORD_BOUNDARY)
         starts_word = (
             not groups
-            or _unspaced(surface)
-            or _unspaced(pieces[i - 1])
+            or unspaced(surface)
+            or unspaced(pieces[i - 1])
             or token.special
             or tokens[i - 1].special
             or piece.startswith(WORD_BOUNDARY)

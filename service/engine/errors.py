@@ -73,3 +73,9 @@ class NotReady(EngineError):
 
 class DeadlineExceeded(EngineError):
     code = "deadline_exceeded"
+
+
+class CallerLeft(EngineError):
+    """The caller went away before its answer was ready; its work was dropped."""
+
+    code = "client_closed_request"

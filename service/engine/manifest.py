@@ -121,7 +121,11 @@ class SearchDefaults(Strict):
     coverage_penalty: float = Field(0.2, ge=0)
     stopping: Literal["best_finished", "transformers"] = "best_finished"
     max_output_tokens: int | None = Field(None, gt=0)  # None: the model's limit; EOS included
-    relative_cap: bool = True  # also cap each output at 2 x its source + 10 tokens
+    # and each output at most ratio x its source + slack tokens (None: no cap relative to the source)
+    max_output_ratio: float | None = Field(2.0, gt=0)
+    max_output_slack: int = Field(10, ge=0)
+    no_repeat_ngram: int = Field(0, ge=0)  # no n-gram of this size twice in an output (0: off)
+    repetition_penalty: float = Field(1.0, ge=1.0)  # on tokens already written (1.0: off)
     forced_eos: bool = False  # the last token allowed is EOS (transformers' forced_eos_token_id)
     suppressed_ids: list[int] | None = None  # never generated; None: pad and bos
     renormalize: bool = False  # log-softmax again after suppressing (transformers' renormalize_logits)
@@ -159,6 +163,9 @@ class Quantization(Strict):
     speedup: float | None = None  # fp32 time / int8 time, same sentences, same run
     size_fp32: int | None = None
     size_int8: int | None = None
+    # checked at export: sentences decoded alone and in one mixed batch (greedy and beam 4) gave the
+    # same tokens and scores; None: not checked (bundles from before the check)
+    batch_invariant: bool | None = None
 
 
 class Score(Strict):
@@ -171,6 +178,9 @@ class Score(Strict):
     bleu: float
     chrf: float
     bleu_tokenize: str
+    loop_rate: float | None = None  # share of outputs with a 1-4 character unit repeated 4+ times in a row
+    no_repeat_ngram: int | None = None  # the search's repeat controls when scored
+    repetition_penalty: float | None = None
 
 
 class Provenance(Strict):

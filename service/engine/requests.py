@@ -25,12 +25,15 @@ class TranslateRequest:
     max_output_tokens: int | None = None
     attention: AttentionOptions = field(default_factory=AttentionOptions)
     single: bool = False  # `q` was one string, not a list: errors name `q`, not `q[0]`
+    no_repeat_ngram: int | None = None  # None: the bundle's default
+    repetition_penalty: float | None = None
 
 
 @dataclass(frozen=True)
 class IntrospectRequest:
     text: str
     forced_target: str | None = None
+    beam_size: int | None = None  # None: the bundle's default, as /v1/translate
     model: str | None = None
     source: str | None = None
     target: str | None = None

@@ -1,41 +1,73 @@
-"""The translation service's core: validate, tokenize, batch, decode, and shape the results.
+"""The translation service's core: which model, check, cut into pieces, batch, decode, render.
 
-It raises domain errors (InputTooLong, UnsupportedPair, ...) and knows nothing of HTTP.
+It answers typed results (service/engine/results.py) and raises domain errors; it knows nothing
+of HTTP. A text is translated as the pieces the segmenter cuts it into (sentences, and clauses
+of over-long sentences), decoded as rows of one batch and joined back into one translation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Any, cast
+import asyncio
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
-from service.engine.attention_view import WORD_RULE, Token, merge_matrix, merge_tokens, select_heads, top_k, word_groups
-from service.engine.batcher import Batcher, BatcherConfig
 from service.engine.catalog import Catalog
-from service.engine.errors import InputTooLong, InvalidRequest
-from service.engine.introspection import force, greedy_target
+from service.engine.errors import InvalidRequest, UnsupportedPair
+from service.engine.introspection import force
+from service.engine.joining import join
+from service.engine.language import detect, mismatch
+from service.engine.rendering import PieceView, block_diagonal, combine, rendered, view_piece
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
+from service.engine.results import Detection, Introspection, Notice, Rendered, SegmentSpan, TextTranslation
+from service.engine.scheduler import Scheduler, SchedulerConfig, Stepper
 from service.engine.search import Hypothesis
-from service.engine.signals import signals
-from service.engine.text import check_text
-from service.engine.tokenizer import Encoding, TextTokenizer
 from service.engine.translator import SearchOptions, Translator
-from service.settings import Settings
+from service.engine.validation import (
+    Limits,
+    PreparedText,
+    attention_view,
+    check_cells,
+    check_count,
+    check_pieces,
+    indices,
+    prepare,
+    search_options,
+    tokenize_within,
+    whole,
+)
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One text of a request, ready to decode."""
+
+    translator: Translator
+    prepared: PreparedText
+    options: SearchOptions
+    view: AttentionOptions
+    warnings: list[Notice]
+    detected: Detection | None
 
 
 class TranslationService:
-    def __init__(self, catalog: Catalog, settings: Settings, on_batch: Any = None) -> None:
-        self.catalog, self.settings = catalog, settings
-        config = BatcherConfig(
-            batching=settings.batching,
-            max_batch=settings.max_batch_size,
-            max_delay_s=settings.max_queue_delay_ms / 1000,
-            max_queue=settings.max_queue,
-            retry_after_s=settings.retry_after_s,
+    def __init__(
+        self,
+        catalog: Catalog,
+        limits: Limits,
+        scheduling: SchedulerConfig,
+        on_batch: Callable[[int], None] | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.catalog, self.limits = catalog, limits
+        self.scheduler: Scheduler[list[Hypothesis]] = Scheduler(
+            self._start_cohort, scheduling, on_batch or (lambda n: None), on_fatal or (lambda exc: None)
         )
-        self.batcher: Batcher[list[Hypothesis]] = Batcher(self._run_batch, config, on_batch or (lambda n: None))
 
     # 0) which model
     def resolve(self, model: str | None, source: str | None, target: str | None) -> Translator:
@@ -45,262 +77,173 @@ class TranslationService:
             raise InvalidRequest("give either model, or both source and target", field="model")
         return self.catalog.for_pair(source, target)
 
-    # 1) validate and tokenize
-    def encode(
-        self, translator: Translator, texts: list[str], field: str = "q", single: bool = False
-    ) -> list[Encoding]:
-        """Check and tokenize texts; errors name the field (`q` for a single text, else `q[i]`)."""
-        s = self.settings
-        if not 1 <= len(texts) <= s.max_texts:
-            raise InputTooLong(
-                f"{field} has {len(texts)} texts; the limit is {s.max_texts}", field=field, limit=s.max_texts
-            )
-        limit = translator.manifest.limits.max_source_tokens
-        encodings = []
-        for i, text in enumerate(texts):
-            enc = self._tokenize(translator.src_tokenizer, text, field if single else f"{field}[{i}]", limit)
-            encodings.append(enc)
-        return encodings
+    def resolve_for(
+        self, text: str, model: str | None, source: str | None, target: str | None, field: str
+    ) -> tuple[Translator, Detection | None, list[Notice]]:
+        """The model for one text: named, the pair's default, or (source "auto") by its language.
+        A text that looks like another language than its source gets a warning, not an error."""
+        if source != AUTO or model is not None:
+            translator = self.resolve(model, source, target)
+            notice = mismatch(text, translator.manifest.source_lang, field)
+            return translator, None, [notice] if notice else []
+        if target is None:
+            raise InvalidRequest('"source": "auto" needs a target language', field="target")
+        candidates = sorted(s for s, t in self.catalog.defaults if t == target)
+        if not candidates:
+            pairs = ", ".join(self.catalog.pairs())
+            raise UnsupportedPair(f"no model translates into {target}; supported pairs: {pairs}", field="target")
+        detected = detect(text, candidates) or Detection(candidates[0], 0.0)
+        return self.catalog.for_pair(detected.language, target), detected, []
 
-    def search_options(self, translator: Translator, request: TranslateRequest) -> SearchOptions:
-        """The bundle's default search, then the service's overrides, then the request's."""
-        s = self.settings
-        beam = request.beam_size
-        if beam is None:
-            beam = s.default_beam_size or translator.manifest.search.beam_size
-        if not 1 <= beam <= s.max_beam_size:
-            raise InvalidRequest(
-                f"beam_size is {beam}; it must be 1..{s.max_beam_size}", field="beam_size", limit=s.max_beam_size
-            )
-        if not 1 <= request.n_best <= beam:
-            raise InvalidRequest(
-                f"n_best is {request.n_best}; it must be 1..beam_size ({beam})", field="n_best", limit=beam
-            )
-        limit = translator.manifest.limits.max_target_tokens
-        out = request.max_output_tokens
-        if out is not None and not 1 <= out <= limit:
-            raise InvalidRequest(
-                f"max_output_tokens is {out}; it must be 1..{limit}", field="max_output_tokens", limit=limit
-            )
-        return translator.options(beam, request.n_best, out, s.length_penalty)
+    # 1) check each text and cut it into pieces
+    def _job(self, request: TranslateRequest, i: int, text: str) -> _Job:
+        field = "q" if request.single else f"q[{i}]"
+        translator, detected, warnings = self.resolve_for(text, request.model, request.source, request.target, field)
+        prepared = prepare(translator, text, field, self.limits)
+        options = search_options(translator, request, self.limits)
+        return _Job(translator, prepared, options, attention_view(translator, request.attention), warnings, detected)
 
-    # 2) decode, batched with other requests
-    async def translate(self, request: TranslateRequest) -> dict[str, Any]:
-        translator = self.resolve(request.model, request.source, request.target)
-        encodings = self.encode(translator, request.texts, single=request.single)
-        options = self.search_options(translator, request)
-        view = self.attention_view(translator, request.attention)
-        self._check_translate_size(translator, encodings, options, view)
-        eos = translator.manifest.special_ids.eos
-        key = (translator.manifest.name, options)
-        results = await self.batcher.submit(key, [[*e.ids, eos] for e in encodings])
-        translations = [self.shape(translator, enc, hyps, view) for enc, hyps in zip(encodings, results, strict=True)]
-        return {"model": translator.manifest.name, "translations": translations}
+    # 2) decode every piece, batched with other requests
+    async def translate(self, request: TranslateRequest) -> list[TextTranslation]:
+        check_count(len(request.texts), self.limits)
+        jobs = [self._job(request, i, text) for i, text in enumerate(request.texts)]
+        check_pieces(sum(len(j.prepared.pieces) for j in jobs), self.limits)
+        self._check_translate_size(jobs)
+        results = await self._decode([(j.translator, j.options, j.prepared) for j in jobs])
+        return [self._finish(job, hyps) for job, hyps in zip(jobs, results, strict=True)]
 
-    def _run_batch(self, key: Hashable, src_ids: list[list[int]]) -> list[list[Hypothesis]]:
+    async def _decode(self, work: list[tuple[Translator, SearchOptions, PreparedText]]) -> list[list[list[Hypothesis]]]:
+        """n-best hypotheses of every piece of every text; texts sharing a model and options share batches."""
+        groups: dict[Hashable, list[int]] = {}
+        for i, (translator, options, _) in enumerate(work):
+            groups.setdefault((translator.manifest.name, options), []).append(i)
+        results: list[list[list[Hypothesis]]] = [[] for _ in work]
+
+        async def run(key: Hashable, members: list[int]) -> None:
+            translator = work[members[0]][0]
+            eos = translator.manifest.special_ids.eos
+            ids = [[*e.ids, eos] for i in members for e in work[i][2].encodings]
+            out = iter(await self.scheduler.submit(key, ids))
+            for i in members:
+                results[i] = [next(out) for _ in work[i][2].encodings]
+
+        await asyncio.gather(*(run(key, members) for key, members in groups.items()))
+        return results
+
+    def _start_cohort(self, key: Hashable, src_ids: list[list[int]]) -> Stepper[list[Hypothesis]]:
         name, options = cast(tuple[str, SearchOptions], key)
-        return self.catalog.get(name).search_ids(src_ids, options)
+        return self.catalog.get(name).begin(src_ids, options)
 
-    # introspection: every layer and head of one translation, forced or decoded
-    async def introspect(self, request: IntrospectRequest) -> dict[str, Any]:
-        translator = self.resolve(request.model, request.source, request.target)
-        [source] = self.encode(translator, [request.text], field="text", single=True)
-        eos = translator.manifest.special_ids.eos
-        forced = None if request.forced_target is None else self.encode_target(translator, request.forced_target)
-        arch = translator.manifest.architecture
-        layers = self._indices(request.layers, arch.layers, "layers")
-        heads = self._indices(request.heads, arch.heads, "heads")
-        src_ids = [*source.ids, eos]
-        tgt_ids = forced if forced is not None else await self.batcher.run_in_worker(greedy_target, translator, src_ids)
-        with_self = request.self_attention and request.granularity == "subword"
-        self._check_size(
-            len(layers) * len(heads) * len(tgt_ids) * len(src_ids) * (3 if with_self else 1),
-            "Narrow it with layers, heads or self_attention=false",
-            "layers",
+    # 3) render: one translation per text
+    def _finish(self, job: _Job, hyps: list[list[Hypothesis]]) -> TextTranslation:
+        translator, p = job.translator, job.prepared
+        views = [view_piece(translator, enc, nbest[0], job.view) for enc, nbest in zip(p.encodings, hyps, strict=True)]
+        whole_view, segments = self._combined(p, views)
+        alternatives = []
+        if len(views) == 1:  # n-best of a one-piece text; pieces' alternatives do not combine into texts
+            others = [view_piece(translator, p.encodings[0], h, job.view) for h in hyps[0][1:]]
+            alternatives = [self._rendered(self._combined(p, [v])[0]) for v in others]
+        name = translator.manifest.name
+        return TextTranslation(
+            name, self._rendered(whole_view), alternatives, segments, job.view, job.warnings, job.detected
         )
-        out = await self.batcher.run_in_worker(force, translator, src_ids, tgt_ids)
-        hyp = Hypothesis(tgt_ids, out["log_probs"].tolist(), out["cross"], float(out["log_probs"].sum()), True)
-        view = self.attention_view(translator, AttentionOptions(granularity=request.granularity))
-        shaped = self.shape_hypothesis(translator, source, hyp, view)
-        pick = np.ix_(layers, heads)
-        cross = out["cross"].transpose(1, 2, 0, 3)[pick]  # (L', N', T, S)
-        if request.granularity == "word":
-            src_groups, tgt_groups = self.word_groups(translator, source, hyp)
-            cross = np.array([[merge_matrix(m, src_groups, tgt_groups) for m in per_layer] for per_layer in cross])
-        result = {
-            "model": translator.manifest.name,
-            "forced": forced is not None,
-            **{k: shaped[k] for k in ("text", "score", "source_tokens", "target_tokens", "attention_view", "signals")},
-            "layers": layers,
-            "heads": heads,
-            "cross_attention": _nested(cross),
-            "encoder_self_attention": None,
-            "decoder_self_attention": None,
-        }
-        if with_self and "encoder_self" in out:
-            result["encoder_self_attention"] = _nested(out["encoder_self"][pick])  # (L', N', S, S)
-        if with_self and "self" in out:
-            result["decoder_self_attention"] = _nested(out["self"].transpose(1, 2, 0, 3)[pick])  # (L', N', T, T)
-        return result
 
-    def _check_translate_size(
-        self, translator: Translator, encodings: list[Encoding], options: SearchOptions, view: AttentionOptions
-    ) -> None:
+    @staticmethod
+    def _combined(p: PreparedText, views: list[PieceView]) -> tuple[PieceView, list[SegmentSpan]]:
+        joined, spans = join(p.text, p.pieces, [v.text for v in views])
+        return combine(views, p.pieces, spans, joined)
+
+    def _rendered(self, view: PieceView) -> Rendered:
+        return rendered(view, self.limits.unattended_threshold)
+
+    def _check_translate_size(self, jobs: list[_Job]) -> None:
         """Bound the attention payload before decoding, from the longest answer each text could get."""
-        if view.format == "none":
-            return
-        caps = translator.max_lengths([len(enc.ids) + 1 for enc in encodings], options.max_output_tokens)
         cells = 0
-        for enc, rows in zip(encodings, caps, strict=True):  # rows: generated tokens (EOS included), + 1 spare
-            cells += (int(rows) + 1) * (view.top_k if view.format == "topk" else len(enc.ids) + 1) * options.n_best
-        advice = 'Ask for attention.format "topk" or "none", fewer texts, a smaller n_best or max_output_tokens'
-        self._check_size(cells, advice, "attention.format")
+        for job in jobs:
+            if job.view.format == "none":
+                continue
+            lengths = [len(e.ids) + 1 for e in job.prepared.encodings]
+            caps = job.translator.max_lengths(lengths, job.options.max_output_tokens)
+            rows = int(sum(caps)) + len(caps)  # generated tokens (EOS included), and a spare row each
+            columns = job.view.top_k if job.view.format == "topk" else sum(lengths)
+            cells += rows * columns * (job.options.n_best if len(lengths) == 1 else 1)
+        advice = (
+            'Ask for attention.format "topk" or "none", fewer or shorter texts, a smaller n_best or max_output_tokens'
+        )
+        check_cells(cells, self.limits, advice, "attention.format")
 
-    def _check_size(self, cells: int, advice: str, field: str) -> None:
-        """Refuse an answer too large to send, saying how to narrow it (bounded payloads)."""
-        limit = self.settings.max_attention_cells
-        if cells > limit:
-            message = f"this answer could hold {cells} attention weights; the limit is {limit}. {advice}"
-            raise InvalidRequest(message, field=field, limit=limit)
-
-    @staticmethod
-    def word_groups(
-        translator: Translator, source: Encoding, hyp: Hypothesis
-    ) -> tuple[list[list[int]], list[list[int]]]:
-        """Word groups of the source and target tokens (introspection merges every layer and head)."""
-        src_tokens, src_pieces = source_tokens(source)
-        tgt_tokens, tgt_pieces, _ = target_tokens(translator, hyp)
-        return (
-            word_groups(src_tokens, src_pieces),
-            word_groups(tgt_tokens, tgt_pieces),
+    # introspection: every layer and head of one translation, decoded as /v1/translate would, or forced
+    async def introspect(self, request: IntrospectRequest) -> Introspection:
+        translator, _, warnings = self.resolve_for(request.text, request.model, request.source, request.target, "q")
+        arch = translator.manifest.architecture
+        layers, heads = indices(request.layers, arch.layers, "layers"), indices(request.heads, arch.heads, "heads")
+        view = attention_view(translator, AttentionOptions(granularity=request.granularity))
+        options = search_options(translator, TranslateRequest([request.text], beam_size=request.beam_size), self.limits)
+        with_self = request.self_attention and request.granularity == "subword"
+        if request.forced_target is not None:
+            prepared, hyps = await self._forced(translator, request, options)
+        else:
+            prepared = prepare(translator, request.text, "q", self.limits)
+            check_pieces(len(prepared.pieces), self.limits)
+            [nbests] = await self._decode([(translator, options, prepared)])
+            hyps = [nbest[0] for nbest in nbests]
+        T = sum(len(h.tokens) for h in hyps)
+        S = sum(len(e.ids) + 1 for e in prepared.encodings)
+        advice = "Narrow it with layers, heads or self_attention=false"
+        check_cells(len(layers) * len(heads) * T * S * (3 if with_self else 1), self.limits, advice, "layers")
+        pick = np.ix_(layers, heads)
+        pairs = list(zip(prepared.encodings, hyps, strict=True))
+        best, segments = self._combined(prepared, [view_piece(translator, e, h, view) for e, h in pairs])
+        every = [view_piece(translator, e, h, view, all_heads=True) for e, h in pairs]
+        cross = block_diagonal([v.attention[pick] for v in every])  # (L', N', T, S)
+        encoder_self = decoder_self = None
+        if with_self:
+            encoder_self, decoder_self = await self._self_attention(translator, prepared, hyps, pick)
+        return Introspection(
+            translator.manifest.name,
+            request.forced_target is not None,
+            self._rendered(best),
+            view,
+            segments,
+            layers,
+            heads,
+            cross,
+            encoder_self,
+            decoder_self,
+            warnings,
         )
 
-    def encode_target(self, translator: Translator, text: str) -> list[int]:
-        limit = translator.manifest.limits.max_target_tokens
-        ids = self._tokenize(translator.tgt_tokenizer, text, "forced_target", limit).ids
-        return [*ids, translator.manifest.special_ids.eos]
+    async def _forced(
+        self, translator: Translator, request: IntrospectRequest, options: SearchOptions
+    ) -> tuple[PreparedText, list[Hypothesis]]:
+        """The user's translation of the whole text, scored as the search scores its own."""
+        assert request.forced_target is not None
+        m = translator.manifest
+        prepared = whole(translator, request.text, "q", self.limits)
+        why = "; forced decoding scores one translation of the whole text"
+        target = tokenize_within(
+            translator.tgt_tokenizer, request.forced_target, "forced_target", m.limits.max_target_tokens, why
+        )
+        src_ids, tgt_ids = [*prepared.encodings[0].ids, m.special_ids.eos], [*target.ids, m.special_ids.eos]
+        out = await self.scheduler.call(force, translator, src_ids, tgt_ids)
+        log_probs = out["log_probs"].tolist()
+        score = translator.score(log_probs, out["cross"], options)
+        return prepared, [Hypothesis(tgt_ids, log_probs, out["cross"], score, True)]
 
-    def _tokenize(self, tokenizer: TextTokenizer, text: str, name: str, token_limit: int) -> Encoding:
-        """Check one text (characters, then tokens with the end-of-sentence token) and tokenize it."""
-        check_text(text, name)
-        chars = self.settings.max_chars
-        if len(text) > chars:
-            raise InputTooLong(f"{name} has {len(text)} characters; the limit is {chars}", field=name, limit=chars)
-        enc = tokenizer.encode(text)
-        if len(enc.ids) + 1 > token_limit:
-            message = f"{name} has {len(enc.ids) + 1} tokens; the limit is {token_limit}"
-            raise InputTooLong(message, field=name, limit=token_limit)
-        return enc
-
-    @staticmethod
-    def _indices(requested: list[int] | None, count: int, field: str) -> list[int]:
-        if requested is None:
-            return list(range(count))
-        if not requested or any(not 0 <= i < count for i in requested):
-            raise InvalidRequest(f"{field} must list indices in 0..{count - 1}, got {requested}", field=field)
-        return list(dict.fromkeys(requested))
-
-    # 3) shape the answer
-    def attention_view(self, translator: Translator, options: AttentionOptions) -> AttentionOptions:
-        """Fill the bundle's default view and check the layer and head exist."""
-        arch, default = translator.manifest.architecture, translator.manifest.attention_view
-        layer = default.layer if options.layer is None else options.layer
-        heads = default.heads if options.heads is None else options.heads
-        if not -arch.layers <= layer < arch.layers:
-            raise InvalidRequest(
-                f"attention.layer is {layer}; this model has {arch.layers} layer(s)", field="attention.layer"
-            )
-        if heads != "mean" and not (isinstance(heads, int) and 0 <= heads < arch.heads):
-            raise InvalidRequest(
-                f'attention.heads is {heads!r}; use "mean" or 0..{arch.heads - 1}', field="attention.heads"
-            )
-        if not options.top_k >= 1:
-            raise InvalidRequest("attention.top_k must be at least 1", field="attention.top_k")
-        return AttentionOptions(options.granularity, options.format, options.top_k, layer, heads)
-
-    def shape(
-        self, translator: Translator, source: Encoding, hyps: list[Hypothesis], view: AttentionOptions
-    ) -> dict[str, Any]:
-        best, *alternatives = [self.shape_hypothesis(translator, source, h, view) for h in hyps]
-        best["alternatives"] = alternatives
-        return best
-
-    def shape_hypothesis(
-        self, translator: Translator, source: Encoding, hyp: Hypothesis, view: AttentionOptions
-    ) -> dict[str, Any]:
-        src_tokens, src_pieces = source_tokens(source)
-        tgt_tokens, tgt_pieces, text = target_tokens(translator, hyp)
-        assert view.layer is not None and view.heads is not None
-        matrix = select_heads(hyp.attention[:, :, :, : len(src_tokens)], view.layer, view.heads)  # (T, S)
-        if view.granularity == "word":
-            src_groups = word_groups(src_tokens, src_pieces)
-            tgt_groups = word_groups(tgt_tokens, tgt_pieces)
-            matrix = merge_matrix(matrix, src_groups, tgt_groups)
-            src_tokens = merge_tokens(src_tokens, src_groups, source.text)
-            tgt_tokens = merge_tokens(tgt_tokens, tgt_groups, text)
-        attention: Any = None
-        if view.format == "dense":
-            attention = [[round(float(x), 6) for x in row] for row in matrix]
-        elif view.format == "topk":
-            attention = top_k(matrix, view.top_k)
-        return {
-            "text": text,
-            "score": round(float(hyp.score), 6),
-            "finished": hyp.finished,
-            "source_tokens": [token_dict(t) for t in src_tokens],
-            "target_tokens": [token_dict(t) for t in tgt_tokens],
-            "attention": attention,
-            "attention_view": {
-                "layer": view.layer,
-                "heads": view.heads,
-                "granularity": view.granularity,
-                "format": view.format,
-                "rule": WORD_RULE if view.granularity == "word" else "subword pieces as the model sees them",
-            },
-            "signals": signals(matrix, src_tokens, self.settings.unattended_threshold),
-        }
-
-
-def _nested(array: npt.NDArray[Any]) -> list[Any]:
-    return np.round(array.astype(np.float64), 6).tolist()  # type: ignore[no-any-return]
-
-
-def token_dict(token: Token) -> dict[str, Any]:
-    out: dict[str, Any] = {"text": token.text, "start": token.start, "end": token.end}
-    if token.logprob is not None:
-        out["logprob"] = round(token.logprob, 6)
-    if token.special:
-        out["special"] = True
-    return out
-
-
-def source_tokens(source: Encoding) -> tuple[list[Token], list[str]]:
-    """The pieces the encoder read (a target-language token flagged special, with an empty span),
-    and its end-of-sentence token (flagged special)."""
-    end = len(source.text)
-    tokens = [
-        Token(p if source.is_special(i) or e <= s else source.text[s:e], s, e, special=source.is_special(i))
-        for i, (p, (s, e)) in enumerate(zip(source.pieces, source.offsets, strict=True))
-    ]
-    return [*tokens, Token("</s>", end, end, special=True)], [*source.pieces, "</s>"]
-
-
-def target_tokens(translator: Translator, hyp: Hypothesis) -> tuple[list[Token], list[str], str]:
-    """Generated pieces with their offsets in the output text and log-probs; EOS (and any other
-    token that leaves no text, e.g. <unk> in a converted model) flagged special."""
-    eos = translator.manifest.special_ids.eos
-    body = hyp.tokens[:-1] if hyp.finished else hyp.tokens
-    decoded = translator.tgt_tokenizer.decode(body)
-    text = decoded.text
-    tokens = []
-    for i, (p, (s, e), lp) in enumerate(
-        zip(decoded.pieces, decoded.offsets, hyp.token_log_probs[: len(body)], strict=True)
-    ):
-        surface = p if decoded.is_special(i) else text[s:e] if e > s else p.replace("\u2581", " ")
-        tokens.append(Token(surface, s, e, special=decoded.is_special(i), logprob=float(lp)))
-    pieces = list(decoded.pieces)
-    if hyp.finished:
-        assert hyp.tokens[-1] == eos
-        tokens.append(Token("</s>", len(text), len(text), special=True, logprob=float(hyp.token_log_probs[-1])))
-        pieces.append("</s>")
-    return tokens, pieces, text
+    async def _self_attention(
+        self,
+        translator: Translator,
+        prepared: PreparedText,
+        hyps: list[Hypothesis],
+        pick: tuple[npt.NDArray[np.int64], ...],
+    ) -> tuple[npt.NDArray[np.float64] | None, npt.NDArray[np.float64] | None]:
+        """Encoder (L', N', S, S) and decoder (L', N', T, T) self-attention, block-diagonal over pieces."""
+        eos = translator.manifest.special_ids.eos
+        encoder, decoder = [], []
+        for enc, hyp in zip(prepared.encodings, hyps, strict=True):
+            out = await self.scheduler.call(force, translator, [*enc.ids, eos], hyp.tokens)
+            if "encoder_self" in out:
+                encoder.append(out["encoder_self"][pick].astype(np.float64))
+            if "self" in out:
+                decoder.append(out["self"].transpose(1, 2, 0, 3)[pick].astype(np.float64))
+        return (block_diagonal(encoder) if encoder else None), (block_diagonal(decoder) if decoder else None)

@@ -9,14 +9,13 @@ eos_mass: mean weight on the source end-of-sentence column.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from service.engine.attention_view import Matrix, Token
+from service.engine.results import Signals
 
 
-def signals(matrix: Matrix, source: list[Token], threshold: float) -> dict[str, Any]:
+def signals(matrix: Matrix, source: list[Token], threshold: float) -> Signals:
     """Signals of a (T, S) attention matrix whose columns are `source` tokens."""
     if matrix.shape[0] == 0:
         coverage = np.zeros(len(source))
@@ -28,11 +27,10 @@ def signals(matrix: Matrix, source: list[Token], threshold: float) -> dict[str, 
     eos_columns = [j for j, tok in enumerate(source) if tok.special]
     eos_mass = float(matrix[:, eos_columns].sum(axis=1).mean()) if eos_columns and matrix.shape[0] else 0.0
     unattended = [j for j, tok in enumerate(source) if not tok.special and coverage[j] < threshold]
-    return {
-        "coverage": [round(float(c), 6) for c in coverage],
-        "entropy": [round(float(e), 6) for e in entropy],
-        "unattended_source": unattended,
-        "unattended_threshold": threshold,
-        "eos_mass": round(eos_mass, 6),
-        "heuristic": True,
-    }
+    return Signals(
+        coverage=[float(c) for c in coverage],
+        entropy=[float(e) for e in entropy],
+        unattended_source=unattended,
+        unattended_threshold=threshold,
+        eos_mass=eos_mass,
+    )

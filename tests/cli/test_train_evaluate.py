@@ -57,25 +57,37 @@ def test_resume_continues_the_run(tiny_run: Path, synthetic_corpus: Path) -> Non
     assert load_checkpoint(tiny_run / "last.pt").progress["step"] > steps_before
 
 
-@pytest.mark.parametrize("args", [("--split", "test", "--beam", "2"), ("--split", "dev", "--beam", "1")])
-def test_evaluate_prints_and_writes_scores(tiny_run: Path, args: tuple[str, ...]) -> None:
-    result = cli("evaluate", tiny_run, *args)
+@pytest.mark.parametrize(("split", "beam"), [("test", "2"), ("dev", "1")])
+def test_evaluate_prints_and_writes_scores(
+    tiny_run: Path, synthetic_corpus: Path, split: str, beam: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTENTION_MT_REAL_TEXT", str(synthetic_corpus))  # the real-text set, stood in for
+    result = cli("evaluate", tiny_run, "--split", split, "--beam", beam)
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout)
-    assert {"bleu", "chrf", "sentences", "beam", "bleu_tokenize", "corpus_sha256"} <= set(scores)
-    assert scores["bleu_tokenize"] == "zh" and scores["sentences"] > 0
+    assert {"beam", "bleu_tokenize", "direction", "sets", "no_repeat_ngram"} <= set(scores)
+    assert set(scores["sets"]) == {f"tatoeba-{split}", f"news-{split}"}
+    for figures in scores["sets"].values():
+        assert {"bleu", "chrf", "loop_rate", "sentences", "corpus_sha256"} <= set(figures)
+        assert figures["sentences"] > 0 and 0.0 <= figures["loop_rate"] <= 1.0
+    assert scores["bleu_tokenize"] == "zh"
     assert json.loads(Path(scores["output"]).read_text()) | {"output": scores["output"]} == scores
 
 
-def test_evaluate_a_corpus_file(tiny_run: Path, synthetic_corpus: Path) -> None:
+def test_evaluate_a_corpus_file_or_a_bundle(tiny_run: Path, synthetic_corpus: Path, bundle_dir: Path) -> None:
     result = cli("evaluate", tiny_run, "--corpus", synthetic_corpus, "--beam", "1", "--limit", "40")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["sentences"] == 40
+    assert json.loads(result.stdout)["sets"]["synthetic"]["sentences"] == 40
+    bundle = cli("evaluate", bundle_dir / "en-zh", "--corpus", synthetic_corpus, "--beam", "1", "--limit", "40")
+    assert bundle.returncode == 0, bundle.stderr
+    scores = json.loads(bundle.stdout)
+    assert scores["bundle"] == "en-zh" and "output" not in scores  # nothing is written into a bundle
+    assert scores["sets"]["synthetic"]["sentences"] == 40
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     missing = cli("evaluate", tmp_path / "nothing")
-    assert missing.returncode == 2 and "does not exist; train first" in missing.stderr
+    assert missing.returncode == 2 and "train first" in missing.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text('[model]\nfamily = "transformer"\nlayers = 2\n')
     result = cli("train", bad, "--out", tmp_path / "run")

@@ -71,7 +71,8 @@ def test_deployment_policies() -> None:
     assert sc["allowPrivilegeEscalation"] is False
     pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    assert pod["terminationGracePeriodSeconds"] > int(pre_stop[1]) + drain_timeout()
+    settle = float(docs["ConfigMap"]["data"]["MT_DRAIN_SETTLE_S"])
+    assert pod["terminationGracePeriodSeconds"] > int(pre_stop[1]) + settle + drain_timeout()
     assert c["envFrom"][0]["configMapRef"]["name"] == docs["ConfigMap"]["metadata"]["name"]
 
 

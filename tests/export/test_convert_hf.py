@@ -42,7 +42,7 @@ def test_the_manifest_records_what_the_checkpoint_says(converted_bundles: Path) 
     assert de.architecture.config["share_embeddings"] and de.architecture.config["tie_output"]
     search = de.search
     assert (search.beam_size, search.length_penalty, search.alpha) == (4, "power", 1.0)  # generation_config.json
-    assert search.stopping == "transformers" and search.coverage_penalty == 0.0 and not search.relative_cap
+    assert search.stopping == "transformers" and search.coverage_penalty == 0.0 and search.max_output_ratio is None
     assert search.forced_eos and search.renormalize and search.max_output_tokens == 63
     assert search.suppressed_ids == [de.special_ids.pad]  # bad_words_ids: pad is never generated
     assert de.special_ids.bos == de.special_ids.pad  # decoding starts from pad, as Marian does
@@ -74,6 +74,17 @@ def test_int8_without_a_sample_is_scored_against_fp32(marian_checkpoints: dict[s
     assert q.mode == "int8" and q.bleu_reference == "fp32_output" and q.bleu_fp32 is None
     assert q.token_agreement is not None and q.bleu_int8 is not None and q.size_int8 < q.size_fp32  # type: ignore[operator]
     FIGURES["convert-hf en-de int8"] = f"token agreement {q.token_agreement:.2f}, BLEU vs fp32 {q.bleu_int8}"
+
+
+@pytest.mark.slow
+def test_no_repeat_ngram_size_is_served_as_transformers_does(
+    marian_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    model = _copy(marian_checkpoints["en-de"], tmp_path)
+    _edit_json(model / "generation_config.json", no_repeat_ngram_size=2)  # bans a lot: it shows if we differ
+    bundle = convert_hf(model, tmp_path / "en-de-nr", ConvertOptions("en", "de", ">>deu<<"))
+    assert bundle.manifest.search.no_repeat_ngram == 2
+    assert bundle.manifest.parity.passed and bundle.manifest.parity.beam_strings_identical == 1.0
 
 
 def _copy(checkpoint: Path, tmp_path: Path) -> Path:
@@ -129,7 +140,7 @@ def test_a_vocabulary_that_does_not_match_the_embedding(marian_checkpoints: dict
         ("config.json", {"activation_function": "gelu_new"}, "activation_function 'gelu_new'"),
         ("config.json", {"normalize_before": True}, "normalize_before is True"),
         ("config.json", {"encoder_ffn_dim": 96}, "encoder_ffn_dim (96) differs from decoder_ffn_dim"),
-        ("generation_config.json", {"no_repeat_ngram_size": 3}, "no_repeat_ngram_size is 3"),
+        ("generation_config.json", {"repetition_penalty": 1.2}, "repetition_penalty is 1.2"),
         ("generation_config.json", {"do_sample": True}, "do_sample is True"),
         ("generation_config.json", {"bad_words_ids": [[5, 6]]}, "bad_words_ids has sequences of several tokens"),
     ],
@@ -200,7 +211,7 @@ def test_the_cli_translates_with_a_converted_bundle(converted_bundles: Path) -> 
 
 def test_converted_bundles_are_not_imported_or_rescored(converted_bundles: Path) -> None:
     from export.bundle_import import BundleImportError, import_bundle
-    from export.pipeline import rescore_bundle
+    from export.rescore import rescore_bundle
     from models.config import load_run_config
     from tests.conftest import TINY_CONFIG
 

@@ -76,3 +76,9 @@ def test_transformer_bundle_reports_every_layer_and_head(
     assert hyp.attention.shape == (len(hyp.tokens), cfg.dec_layers, cfg.heads, max(len(s) for s in src))
     state = bundle.manifest.state
     assert [s.input for s in state][:2] == ["past_key.0", "past_value.0"] and state[0].init == "empty"
+
+
+def test_an_export_records_its_search_against_loops(bundle_dir: Path) -> None:
+    search = load_bundle(bundle_dir / "en-zh").manifest.search
+    assert search.no_repeat_ngram == 3 and search.max_output_slack == 5
+    assert search.max_output_ratio is not None and 0.5 < search.max_output_ratio < 5  # from the training split

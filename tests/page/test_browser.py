@@ -46,6 +46,31 @@ def browser() -> Iterator[object]:
         b.close()
 
 
+# Waits are functions ("() => ..."), not expressions: Playwright polls an expression with eval,
+# which the page's policy refuses (rightly).
+# CSP violations, as the page sees them (an init script runs outside the page's policy)
+WATCH_CSP = """
+window.__csp = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__csp.push(`${e.effectiveDirective} ${e.blockedURI}`);
+});
+"""
+
+
+def watch(page: object) -> list[str]:
+    """The page's errors and console errors from now on (CSP refusals are console errors too);
+    `violations(page)` has the CSP events."""
+    problems: list[str] = []
+    page.add_init_script(WATCH_CSP)  # type: ignore[attr-defined]
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)  # type: ignore[attr-defined]
+    page.on("pageerror", lambda e: problems.append(str(e)))  # type: ignore[attr-defined]
+    return problems
+
+
+def violations(page: object) -> list[str]:
+    return list(page.evaluate("window.__csp"))  # type: ignore[attr-defined]
+
+
 def api(server: RunningServer, path: str, body: dict) -> dict:
     request = urllib.request.Request(
         server.url + path, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
@@ -56,11 +81,9 @@ def api(server: RunningServer, path: str, body: dict) -> dict:
 
 def test_translate_and_look_at_the_attention(server: RunningServer, browser: object) -> None:
     page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
-    problems: list[str] = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
+    problems = watch(page)
     page.goto(server.url + "/")
-    page.wait_for_function("document.querySelectorAll('#pair option').length > 0")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
     page.fill("#source", "Tom chases Jerry.")
     page.click("#translate")
     page.wait_for_selector("#heatmaps td.cell")
@@ -95,7 +118,7 @@ def test_translate_and_look_at_the_attention(server: RunningServer, browser: obj
 
     # word granularity
     page.check('input[name="granularity"][value="word"]')
-    page.wait_for_function("document.querySelectorAll('#heatmaps thead th').length === 6")  # corner + 5 words
+    page.wait_for_function("() => document.querySelectorAll('#heatmaps thead th').length === 6")  # corner + 5 words
 
     # forced decoding
     page.fill("#forced", "汤姆追杰瑞。")
@@ -108,12 +131,13 @@ def test_translate_and_look_at_the_attention(server: RunningServer, browser: obj
     page.wait_for_selector("#heatmaps td.cell")
     page.screenshot(path=str(SCREENSHOTS / "page.png"), full_page=True)
     assert not problems, problems
+    assert not violations(page)  # the page works under its strict policy
 
 
 def test_errors_are_shown_in_words(server: RunningServer, browser: object) -> None:
     page = browser.new_page()  # type: ignore[attr-defined]
     page.goto(server.url + "/")
-    page.wait_for_function("document.querySelectorAll('#pair option').length > 0")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
     page.fill("#source", "Tom chases Jerry. " * 20)  # over 200 characters
     page.keyboard.press("Control+Enter")  # from the focused text box
     page.wait_for_selector("#error:not([hidden])")
@@ -124,7 +148,7 @@ def test_errors_are_shown_in_words(server: RunningServer, browser: object) -> No
 def test_narrow_screen(server: RunningServer, browser: object) -> None:
     page = browser.new_page(viewport={"width": 360, "height": 740})  # type: ignore[attr-defined]
     page.goto(server.url + "/")
-    page.wait_for_function("document.querySelectorAll('#pair option').length > 0")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
     page.click("#translate")
     page.wait_for_selector("#heatmaps td.cell")
     # the page itself never scrolls sideways; a wide heatmap scrolls inside its own box
@@ -145,7 +169,7 @@ def test_a_converted_model_of_another_pair(converted_server: RunningServer, brow
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(str(e)))
     page.goto(converted_server.url + "/")
-    page.wait_for_function("document.querySelectorAll('#pair option').length === 2")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length === 2")
     labels = page.locator("#pair option").all_inner_texts()
     assert any(label.startswith("English → German (en-de") for label in labels), labels
     page.select_option("#pair", "en-de")
@@ -160,3 +184,92 @@ def test_a_converted_model_of_another_pair(converted_server: RunningServer, brow
     assert ">>deu<<" in page.locator("#heatmaps thead").inner_text()  # the target token's column is shown
     page.screenshot(path=str(SCREENSHOTS / "page-en-de.png"), full_page=True)
     assert not problems, problems
+
+
+def test_the_api_docs_work_offline(server: RunningServer, browser: object) -> None:
+    """Swagger UI and ReDoc come from the service itself: no CDN, so no internet needed."""
+    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
+    problems = watch(page)
+    outside: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(server.url) else None)
+    page.goto(server.url + "/docs")
+    page.wait_for_selector(".opblock", timeout=30_000)
+    listed = page.locator(".opblock-summary-path").all_inner_texts()
+    assert {"/v1/translate", "/v1/attention", "/translate", "/languages"} <= {p.strip() for p in listed}
+    refused = violations(page)
+    page.goto(server.url + "/redoc")
+    page.wait_for_selector('text="/v1/translate"', timeout=30_000)
+    refused += violations(page)
+    # ReDoc's footer fetches its maker's logo from a CDN; the page does not need it (nothing else leaves)
+    assert not [u for u in outside if not u.startswith(("data:", "blob:")) and "redoc/logo" not in u], outside
+    # under their own policy (an inline script by nonce) nothing is refused but that logo, if anything
+    assert not [v for v in refused if "redoc/logo" not in v], refused
+    assert not [p for p in problems if "redoc/logo" not in p], problems
+
+
+def test_a_paragraph_shows_its_sentence_boundaries(server: RunningServer, browser: object) -> None:
+    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
+    page.goto(server.url + "/")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
+    page.fill("#source", "Tom chases Jerry. Mary likes John today.")
+    page.click("#translate")
+    page.wait_for_selector("#heatmaps td.cell")
+    expected = api(
+        server, "/v1/translate", {"q": "Tom chases Jerry. Mary likes John today.", "model": "en-zh", "n_best": 3}
+    )
+    [_, second] = expected["translations"][0]["segments"]
+    assert page.locator("#heatmaps tbody tr.segment-start").count() == 1
+    first_row_of_second = page.locator("#heatmaps tbody tr").nth(second["target_tokens"]["start"])
+    assert "segment-start" in (first_row_of_second.get_attribute("class") or "")
+    assert page.locator("#heatmaps thead th.segment-start").count() == 1
+    page.select_option("#head", "all")  # the other views keep the boundaries
+    page.wait_for_selector(".small-multiples tr.segment-start")
+
+
+KEY = "browser-test-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def keyed_server(bundle_dir: Path) -> Iterator[RunningServer]:
+    running = RunningServer(bundle_dir, env={"MT_API_KEYS": json.dumps([KEY])})
+    yield running
+    running.stop()
+
+
+def test_with_api_keys_the_page_asks_for_one(keyed_server: RunningServer, browser: object) -> None:
+    """The page loads without a key, asks for one on the API's 401, keeps it in the tab and sends it."""
+    context = browser.new_context(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
+    page = context.new_page()
+    problems = watch(page)
+    keys_sent: list[tuple[str, str | None]] = []
+    page.on("request", lambda r: keys_sent.append((r.url, r.headers.get("x-api-key"))) if "/v1/" in r.url else None)
+    page.goto(keyed_server.url + "/")
+    page.wait_for_selector("#key-section:not([hidden])")
+    assert page.evaluate("document.activeElement.id") == "api-key"
+    page.fill("#api-key", "not-the-key")
+    page.click("#key-form button")
+    page.wait_for_selector("text=That key was not accepted")
+    page.fill("#api-key", KEY)
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")  # the call asked again
+    assert page.locator("#key-section").is_hidden()
+    page.click("#translate")
+    page.wait_for_selector("#heatmaps td.cell")
+    assert page.evaluate("sessionStorage.getItem('attention-mt.api-key')") == KEY
+    translations = [key for url, key in keys_sent if url.endswith("/v1/translate")]
+    assert translations == [KEY], keys_sent
+    refused = violations(page)
+
+    # the tab keeps it: a reload asks nothing; another tab has its own storage and asks again
+    page.reload()
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
+    assert page.locator("#key-section").is_hidden()
+    other = context.new_page()
+    problems_elsewhere = watch(other)
+    other.goto(keyed_server.url + "/")
+    other.wait_for_selector("#key-section:not([hidden])")
+
+    # the 401s before a key are the only errors; nothing broke the policy
+    assert not [p for p in problems + problems_elsewhere if "401" not in p], problems + problems_elsewhere
+    assert not refused + violations(page) + violations(other)
+    context.close()

@@ -33,20 +33,76 @@ function describeError(status, body) {
   return `Could not translate: ${message}.`;
 }
 
-async function api(path, body) {
-  let response;
+// API keys: when the service answers 401, the page asks for a key (once for every call waiting),
+// keeps it for this tab only (sessionStorage) and sends it as X-API-Key on every call.
+const KEY_STORE = "attention-mt.api-key";
+let apiKey = readStoredKey();
+let keyPrompt = null;
+
+function readStoredKey() {
   try {
-    response = await fetch(path, {
+    return sessionStorage.getItem(KEY_STORE);
+  } catch (err) {
+    return null;  // storage turned off: the key lives in this page only
+  }
+}
+
+function keepKey(key) {
+  apiKey = key;
+  try {
+    sessionStorage.setItem(KEY_STORE, key);
+  } catch (err) {
+    // storage turned off: keep it in memory
+  }
+}
+
+function askForKey(rejected) {
+  if (keyPrompt) return keyPrompt;
+  keyPrompt = new Promise((resolve) => {
+    $("key-note").textContent = rejected
+      ? "That key was not accepted; enter another."
+      : "This service asks for an API key. It is kept in this tab only.";
+    $("key-section").hidden = false;
+    $("api-key").focus();
+    $("key-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      keepKey($("api-key").value);
+      $("api-key").value = "";
+      $("key-section").hidden = true;
+      keyPrompt = null;
+      resolve();
+    }, { once: true });
+  });
+  return keyPrompt;
+}
+
+async function send(path, body, key) {
+  const headers = body === undefined ? {} : { "content-type": "application/json" };
+  if (key) headers["x-api-key"] = key;
+  try {
+    return await fetch(path, {
       method: body === undefined ? "GET" : "POST",
-      headers: body === undefined ? {} : { "content-type": "application/json" },
+      headers,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (err) {
     throw new Error("Cannot reach the translation service.");
   }
-  const data = await response.json().catch(() => null);
-  if (!response.ok) throw new Error(describeError(response.status, data));
-  return data;
+}
+
+async function api(path, body) {
+  for (;;) {
+    const key = apiKey;
+    const response = await send(path, body, key);
+    if (response.status === 401) {
+      // a key entered while this call was out is tried before asking again
+      if (key === apiKey) await askForKey(Boolean(key));
+      continue;
+    }
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new Error(describeError(response.status, data));
+    return data;
+  }
 }
 
 function showError(id, message) {
@@ -59,8 +115,19 @@ function tokenLabel(t) {
   return t.special ? t.text : t.text.trim() || "▁";
 }
 
-// A heatmap table: rows = target tokens, columns = source tokens.
+// Where each sentence (or clause) after the first starts: its first target row and source column.
+function segmentStarts(segments) {
+  const rows = new Set(), cols = new Set();
+  (segments || []).slice(1).forEach((seg) => {
+    rows.add(seg.target_tokens.start);
+    cols.add(seg.source_tokens.start);
+  });
+  return { rows, cols };
+}
+
+// A heatmap table: rows = target tokens, columns = source tokens; sentence boundaries drawn as lines.
 function heatmap(source, target, matrix, options = {}) {
+  const starts = segmentStarts(options.segments);
   const table = document.createElement("table");
   table.className = "heatmap";
   table.setAttribute("role", "grid");
@@ -72,6 +139,7 @@ function heatmap(source, target, matrix, options = {}) {
     th.scope = "col";
     th.textContent = tokenLabel(tok);
     if (tok.special) th.classList.add("special");
+    if (starts.cols.has(s)) th.classList.add("segment-start");
     if (options.unattended && options.unattended.has(s)) {
       th.classList.add("unattended");
       th.title = "Barely attended to (low coverage). A heuristic: it may have been left out of the translation.";
@@ -82,6 +150,7 @@ function heatmap(source, target, matrix, options = {}) {
   const body = table.createTBody();
   target.forEach((tok, t) => {
     const row = body.insertRow();
+    if (starts.rows.has(t)) row.classList.add("segment-start");
     const th = document.createElement("th");
     th.scope = "row";
     th.tabIndex = 0;
@@ -98,7 +167,7 @@ function heatmap(source, target, matrix, options = {}) {
     source.forEach((stok, s) => {
       const cell = row.insertCell();
       const w = matrix[t][s];
-      cell.className = "cell";
+      cell.className = starts.cols.has(s) ? "cell segment-start" : "cell";
       cell.tabIndex = t === 0 && s === 0 ? 0 : -1;
       cell.dataset.t = t;
       cell.dataset.s = s;
@@ -189,7 +258,7 @@ function drawMain(best, model) {
     ? `Underlined source tokens got little attention (coverage below ${best.signals.unattended_threshold}); a heuristic hint of a possible omission.`
     : "";
   $("heatmaps").replaceChildren(heatmap(best.source_tokens, best.target_tokens, best.attention, {
-    unattended, title: `attention of ${model.name}`,
+    unattended, title: `attention of ${model.name}`, segments: best.segments,
   }));
 }
 
@@ -239,8 +308,9 @@ async function changeView() {
   const head = $("head").value;
   showError("error", "");
   try {
+    // no forced_target: /v1/attention decodes exactly what /v1/translate gave, sentence by sentence
     const data = await api("/v1/attention", {
-      text: $("source").value, forced_target: state.result.text, model: model.name,
+      q: $("source").value, model: model.name,
       layers: [layer], heads: head === "mean" || head === "all" ? null : [Number(head)],
       self_attention: false, granularity: granularity(),
     });
@@ -250,13 +320,13 @@ async function changeView() {
       const grid = document.createElement("div");
       grid.className = "small-multiples";
       perHead.forEach((m, h) => grid.appendChild(heatmap(data.source_tokens, data.target_tokens, m, {
-        caption: `layer ${layer}, head ${data.heads[h]}`, unattended,
+        caption: `layer ${layer}, head ${data.heads[h]}`, unattended, segments: data.segments,
       })));
       $("heatmaps").replaceChildren(grid);
     } else {
       const matrix = head === "mean" ? meanOfHeads(perHead) : perHead[0];
       $("heatmaps").replaceChildren(heatmap(data.source_tokens, data.target_tokens, matrix, {
-        caption: `layer ${layer}, ${head === "mean" ? "mean of heads" : `head ${head}`}`, unattended,
+        caption: `layer ${layer}, ${head === "mean" ? "mean of heads" : `head ${head}`}`, unattended, segments: data.segments,
       }));
     }
   } catch (err) {
@@ -273,7 +343,7 @@ async function scoreForced() {
   }
   try {
     const data = await api("/v1/attention", {
-      text: $("source").value, forced_target: forced, model: selectedModel().name,
+      q: $("source").value, forced_target: forced, model: selectedModel().name,
       self_attention: false, granularity: granularity(),
     });
     const perLayer = data.cross_attention;

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.api.auth import ApiKeyAuth
+from service.api.auth import ApiKeyAuth, KeyRing
 from service.settings import Settings
 from tests.service.api.conftest import wait_ready
 
@@ -58,7 +58,7 @@ def test_auth_is_off_by_default(client: TestClient) -> None:
 def test_every_key_is_compared() -> None:
     calls = []
 
-    auth = ApiKeyAuth(lambda *a: None, keys=("a", "b", "c"), per_minute=0)  # type: ignore[arg-type]
+    auth = ApiKeyAuth(lambda *a: None, KeyRing(("a", "b", "c"), per_minute=0))  # type: ignore[arg-type]
     import hmac as real_hmac
 
     original = real_hmac.compare_digest

@@ -74,15 +74,15 @@ CASES = [
     ("q empty", "POST", "/v1/translate", body(q=""), JSON, 422, "invalid_text", "q"),
     ("q whitespace", "POST", "/v1/translate", body(q=" \t "), JSON, 422, "invalid_text", "q"),
     ("q over the character limit", "POST", "/v1/translate", body(q="a" * 201), JSON, 422, "input_too_long", "q"),
-    (
-        "q over the token limit",
+    (  # a text over the token limit is cut into sentences; a forced translation cannot be
+        "forced_target over the token limit",
         "POST",
-        "/v1/translate",
-        body(q=" ".join(["Tom chases Jerry."] * 11)),
+        "/v1/attention",
+        json.dumps({"q": "Tom chases Jerry.", "model": "en-zh", "forced_target": "汤姆追杰瑞。" * 12}).encode(),
         JSON,
         422,
         "input_too_long",
-        "q",
+        "forced_target",
     ),
     (
         "q lone surrogate",
@@ -200,7 +200,7 @@ def test_a_maximal_answer_is_bounded_or_refused_with_advice(bundle_dir: Path) ->
     """With MT_MAX_ATTENTION_CELLS small, a request whose dense attention could pass it is refused
     with advice, and the narrowed request's answer stays under the stated bound."""
     settings = Settings(bundles=bundle_dir, max_attention_cells=50_000, max_texts=8, max_chars=200)
-    longest = "Tom chases Jerry again today. Mary likes Bob."
+    longest = "Tom chases Jerry again today and Mary likes Bob."  # one sentence: n-best multiplies
     maximal = {**OK, "q": [longest] * 8, "beam_size": 8, "n_best": 8}
     with TestClient(create_app(settings)) as c:
         wait_ready(c)

@@ -130,13 +130,48 @@ def test_errors_name_the_field(client: TestClient, body: dict, status: int, code
     assert error["code"] == code and error["field"] == field, error
 
 
-def test_too_many_tokens_names_the_item_count_and_limit(client: TestClient) -> None:
-    long = " ".join(["Tom chases Jerry."] * 11)  # under 200 characters, over the 64-token limit
-    response = client.post("/v1/translate", json={**EN_ZH, "q": ["ok", long]})
-    assert response.status_code == 422
-    error = response.json()["error"]
-    assert error["field"] == "q[1]" and error["limit"] == 64
-    assert "q[1] has" in error["message"] and "tokens; the limit is 64" in error["message"]
+def test_a_paragraph_is_translated_sentence_by_sentence(client: TestClient) -> None:
+    text = "Tom chases Jerry.  Mary likes John today.\n\nBob helps Alice."
+    [t] = translate(client, q=text, beam_size=1)["translations"]
+    alone = [
+        translate(client, q=s, beam_size=1)["translations"][0]
+        for s in ("Tom chases Jerry.", "Mary likes John today.", "Bob helps Alice.")
+    ]
+    segments = t["segments"]
+    assert [s["join"] for s in segments] == ["start", "sentence", "line"]
+    assert [text[s["source"]["start"] : s["source"]["end"]] for s in segments] == [
+        "Tom chases Jerry.", "Mary likes John today.", "Bob helps Alice."
+    ]  # fmt: skip
+    # each piece is what the sentence gives alone, joined back with the text's own line break
+    assert [t["text"][s["target"]["start"] : s["target"]["end"]] for s in segments] == [a["text"] for a in alone]
+    assert t["text"] == alone[0]["text"] + alone[1]["text"] + "\n\n" + alone[2]["text"]  # Chinese: no spaces
+    # one matrix over the whole text: zero outside each piece's block, every row sums to 1
+    m = np.array(t["attention"])
+    assert m.shape == (len(t["target_tokens"]), len(t["source_tokens"]))
+    np.testing.assert_allclose(m.sum(axis=1), 1.0, atol=1e-4)
+    for s, a in zip(segments, alone, strict=True):
+        rows = slice(s["target_tokens"]["start"], s["target_tokens"]["end"])
+        cols = slice(s["source_tokens"]["start"], s["source_tokens"]["end"])
+        np.testing.assert_allclose(m[rows, cols], a["attention"], atol=1e-4)
+        assert m[rows].sum() == pytest.approx(m[rows, cols].sum(), abs=1e-4)
+    for tok in t["source_tokens"]:  # offsets index the whole text (a lone "▁" piece has an empty span)
+        assert tok.get("special") or tok["start"] == tok["end"] or text[tok["start"] : tok["end"]] == tok["text"]
+    for tok in t["target_tokens"]:
+        assert tok.get("special") or t["text"][tok["start"] : tok["end"]] == tok["text"].strip()
+    assert t["alternatives"] == [] and t["score"] == pytest.approx(sum(a["score"] for a in alone), abs=1e-4)
+
+
+def test_a_sentence_over_the_token_limit_is_cut_at_clauses(client: TestClient) -> None:
+    long = ", ".join(["Tom chases Jerry"] * 11) + "."  # one sentence, over the 64-token limit, under 200 chars
+    [t] = translate(client, q=long, beam_size=1)["translations"]
+    joins = [s["join"] for s in t["segments"]]
+    assert joins[0] == "start" and set(joins[1:]) == {"clause"} and len(joins) >= 2
+    for s in t["segments"]:
+        assert s["source_tokens"]["end"] - s["source_tokens"]["start"] <= 64
+        assert long[s["source"]["start"] : s["source"]["end"]].strip()
+    words = " ".join(["J"] * 99)  # no clause to cut at: cut at the limit, between tokens
+    [w] = translate(client, q=words, beam_size=1, attention={"format": "none"})["translations"]
+    assert {s["join"] for s in w["segments"][1:]} == {"limit"}
 
 
 def test_unknown_pair_lists_the_supported_ones(client: TestClient) -> None:

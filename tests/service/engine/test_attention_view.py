@@ -74,9 +74,8 @@ def test_signals_of_the_tutorial_row() -> None:
     source = [Token("Tom", 0, 3), Token("chase", 4, 9), Token("Jerry", 10, 15), Token("</s>", 15, 15, special=True)]
     m = np.array([[0.3, 0.2, 0.5, 0.0], [0.05, 0.0, 0.05, 0.9]])
     s = signals(m, source, threshold=0.25)
-    np.testing.assert_allclose(s["coverage"], [0.35, 0.2, 0.55, 0.9])
+    np.testing.assert_allclose(s.coverage, [0.35, 0.2, 0.55, 0.9])
     expected_entropy = -(0.3 * np.log(0.3) + 0.2 * np.log(0.2) + 0.5 * np.log(0.5))
-    assert s["entropy"][0] == pytest.approx(expected_entropy, abs=1e-6)
-    assert s["unattended_source"] == [1]  # "chase" got 0.2 < 0.25; </s> is never flagged
-    assert s["eos_mass"] == pytest.approx(0.45)
-    assert s["heuristic"] is True
+    assert s.entropy[0] == pytest.approx(expected_entropy, abs=1e-6)
+    assert s.unattended_source == [1]  # "chase" got 0.2 < 0.25; </s> is never flagged
+    assert s.eos_mass == pytest.approx(0.45)

@@ -267,3 +267,25 @@ def test_power_length_penalty_is_transformers() -> None:
     assert length_penalty(4, 1.0, "power") == 4.0
     assert length_penalty(4, 0.5, "power") == 2.0
     assert length_penalty(4, 0.0, "power") == 1.0
+
+
+def test_no_repeat_ngram_bans_a_repeated_ngram() -> None:
+    # the model loves 5 after anything: greedy writes 5 5 5 5 ...; with n=2 the pair (5, 5) may occur once
+    table: dict[tuple[int, ...], dict[int, float]] = {(5,) * n: {5: 0.9, 6: 0.05} for n in range(6)}
+    table[(5, 5, 6)] = {EOS: 0.9}
+    [loop] = greedy_search(ScriptedModel(table), initial(1), np.array([6]), BOS, EOS)
+    assert loop.tokens == [5, 5, 5, 5, 5, 5]
+    [fixed] = greedy_search(ScriptedModel(table), initial(1), np.array([6]), BOS, EOS, Scoring(no_repeat_ngram=2))
+    assert fixed.tokens == [5, 5, 6, EOS]
+    [[beam]] = beam_search(ScriptedModel(table), initial(1), np.array([6]), BOS, EOS, 2, 1, Scoring(no_repeat_ngram=2))
+    assert beam.tokens == [5, 5, 6, EOS]
+
+
+def test_repetition_penalty_makes_written_tokens_less_likely() -> None:
+    table = {(): {5: 0.9}, (5,): {5: 0.5, 6: 0.4}, (5, 6): {EOS: 0.9}}
+    [plain] = greedy_search(ScriptedModel(table), initial(1), np.array([4]), BOS, EOS)
+    assert plain.tokens[:2] == [5, 5]
+    [penalised] = greedy_search(
+        ScriptedModel(table), initial(1), np.array([4]), BOS, EOS, Scoring(repetition_penalty=1.5)
+    )
+    assert penalised.tokens == [5, 6, EOS]

@@ -1,0 +1,209 @@
+"""Beam search as a step machine over B sentences at once.
+
+A finished hypothesis scores its log-prob over the length penalty, plus the coverage penalty
+of its attention (GNMT's rescoring), so a hypothesis that drops words ranks lower. With the
+"best_finished" rule a sentence is done when its best candidate of a step ends in EOS and it
+has n_best finished hypotheses (with coverage: beam_size of them); with "transformers" as
+`Scoring` describes. A sentence that reaches its max length ends every beam there (those not
+ending in EOS are marked unfinished). Beam size 1 gives exactly what greedy search gives.
+
+Legend: B sentences, K beam, A sentences still searching, N = A·K rows fed to the model,
+V target vocabulary, C candidates per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from service.engine.scoring import FloatArray, Hypothesis, IntArray, Scoring, against_repeats, force_eos
+
+
+@dataclass
+class _Trace:
+    """Per-step records that let a hypothesis be rebuilt by following back-pointers."""
+
+    last_token: list[IntArray]  # [t] (N_t,) token each row carries into step t
+    last_log_prob: list[FloatArray]  # [t] (N_t,)
+    parent: list[IntArray]  # [t] (N_t,) row at step t-1 it extends
+    attention: list[FloatArray]  # [t] (N_t, ...) attention computed at step t
+
+    def rebuild(self, t: int, row: int, token: int, log_prob: float) -> tuple[list[int], list[float], FloatArray]:
+        tokens, log_probs, attention = [token], [log_prob], [self.attention[t][row]]
+        while t > 0:
+            tokens.append(int(self.last_token[t][row]))
+            log_probs.append(float(self.last_log_prob[t][row]))
+            row = int(self.parent[t][row])
+            t -= 1
+            attention.append(self.attention[t][row])
+        return tokens[::-1], log_probs[::-1], np.stack(attention[::-1])
+
+
+_Candidate = tuple[int, int, float]  # (row, token, cumulative log-prob)
+
+
+def row_candidates(
+    log_probs: FloatArray, cum: npt.NDArray[np.float64], n: int, sentences: int
+) -> tuple[IntArray, npt.NDArray[np.float64]]:
+    """Each row's n best tokens (N, n) and their cumulative scores, grouped by sentence (A, K·n).
+
+    A sentence's n best continuations over all K·V candidates are among its rows' own n best
+    (a row adds one constant to all its tokens), so selecting per row first reads V values a row
+    once, instead of partitioning K·V sums: 3x faster at 32 sentences × beam 4 × V 6000.
+    """
+    V = log_probs.shape[1]
+    n = min(n, V)
+    tokens = np.argpartition(log_probs, V - n, axis=1)[:, V - n :]  # (N, n), unordered
+    totals = cum[:, None] + np.take_along_axis(log_probs, tokens, axis=1)  # (N, n)
+    return tokens, totals.reshape(sentences, -1)  # rows are consecutive per sentence
+
+
+class BeamDecode:
+    """The bookkeeping of one beam search: the trace, finished hypotheses, alive beams.
+
+    The driver (search.Cohort) calls `start` once, then `advance` with every step's log-probs,
+    reordering the model state by the rows it returns."""
+
+    def __init__(
+        self, max_lengths: IntArray, bos_id: int, eos_id: int, beam: int, n_best: int, scoring: Scoring
+    ) -> None:
+        if not 1 <= n_best <= beam:
+            raise ValueError(f"n_best must be in 1..beam_size ({beam}), got {n_best}")
+        B, K = len(max_lengths), beam
+        self.K, self.n_best, self.eos_id, self.scoring, self.max_lengths = K, n_best, eos_id, scoring, max_lengths
+        N = B * K
+        self.trace = _Trace([np.full(N, bos_id, dtype=np.int64)], [np.zeros(N, np.float32)], [np.arange(N)], [])
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.histories: list[list[int]] = [[bos_id] for _ in range(N)]  # each row's tokens, for repeat controls
+        self.track = scoring.no_repeat_ngram > 0 or scoring.repetition_penalty != 1.0
+        self.tokens: IntArray = self.trace.last_token[0]  # (N,) token each row feeds next
+        self.cum = np.tile(np.array([0.0] + [-np.inf] * (K - 1)), B)  # (N,) one live row per sentence at t=0
+        self.active = list(range(B))  # sentences still searching, in row-block order
+        self.t = 0
+        self._done_now: list[int] = []
+
+    def start(self) -> IntArray:
+        """Each sentence's encoder row repeated K times."""
+        return np.repeat(np.arange(len(self.active)), self.K)
+
+    @property
+    def done(self) -> bool:
+        return not self.active
+
+    def advance(self, log_probs: FloatArray, attention: FloatArray) -> IntArray | None:
+        """Take the step's (N, V) log-probs and (N, ...) attention; the state rows of the next step."""
+        K, t = self.K, self.t
+        if self.track:
+            log_probs = against_repeats(log_probs, self.histories, self.scoring)
+        if self.scoring.forced_eos:
+            last = np.repeat(np.array([t + 1 >= self.max_lengths[b] for b in self.active]), K)  # (N,)
+            log_probs = force_eos(log_probs, last, self.eos_id)
+        self.trace.attention.append(attention)
+        row_tokens, totals = row_candidates(log_probs, self.cum, 2 * K, len(self.active))  # (N, C), (A, K·C)
+        C = row_tokens.shape[1]
+        n_cand = min(2 * K, totals.shape[1])
+        top = np.argpartition(-totals, n_cand - 1, axis=1)[:, :n_cand]  # (A, 2K)
+        kept: list[_Candidate] = []
+        still_active = []
+        for a, sentence in enumerate(self.active):
+            order = top[a][np.argsort(-totals[a, top[a]], kind="stable")]  # (2K,) best first
+            rows_and_slots = [(a * K + int(c) // C, int(c) % C, float(totals[a, c])) for c in order]
+            candidates = [(row, int(row_tokens[row, slot]), total) for row, slot, total in rows_and_slots]
+            alive = self._advance(sentence, candidates, log_probs, t, t + 1 >= self.max_lengths[sentence])
+            if alive:
+                still_active.append(sentence)
+                kept += alive
+            else:
+                self._done_now.append(sentence)
+        self.active = still_active
+        if not still_active:
+            return None
+        rows = np.array([c[0] for c in kept], dtype=np.int64)
+        self.tokens = np.array([c[1] for c in kept], dtype=np.int64)
+        self.cum = np.array([c[2] for c in kept])
+        if self.track:
+            self.histories = [[*self.histories[r], int(tok)] for r, tok in zip(rows, self.tokens, strict=True)]
+        self.trace.last_token.append(self.tokens)
+        self.trace.last_log_prob.append(log_probs[rows, self.tokens])
+        self.trace.parent.append(rows)
+        self.t += 1
+        return rows
+
+    def drop(self, sentences: set[int]) -> IntArray | None:
+        """Stop searching these sentences (their caller left); the state rows that go on (None: all).
+        Between steps, so only the records of the rows about to be fed are cut."""
+        blocks = [a for a, s in enumerate(self.active) if s not in sentences]
+        if len(blocks) == len(self.active):
+            return None
+        keep = np.array([a * self.K + k for a in blocks for k in range(self.K)], dtype=np.int64)
+        self.active = [self.active[a] for a in blocks]
+        self.tokens, self.cum = self.tokens[keep], self.cum[keep]
+        if self.track:
+            self.histories = [self.histories[r] for r in keep]
+        tr = self.trace
+        tr.last_token[-1], tr.last_log_prob[-1], tr.parent[-1] = (
+            tr.last_token[-1][keep],
+            tr.last_log_prob[-1][keep],
+            tr.parent[-1][keep],
+        )
+        return keep
+
+    def take_finished(self) -> list[tuple[int, list[Hypothesis]]]:
+        """Sentences finished since the last call, each with its n_best hypotheses, best first."""
+        done, self._done_now = self._done_now, []
+        return [(b, sorted(self.finished[b], key=lambda h: -h.score)[: self.n_best]) for b in done]
+
+    def _advance(
+        self, sentence: int, candidates: list[_Candidate], log_probs: FloatArray, t: int, last_step: bool
+    ) -> list[_Candidate]:
+        """Move finished candidates to `finished`; return the K beams that go on (none when done)."""
+        if self.scoring.stopping == "transformers":
+            return self._advance_transformers(sentence, candidates, log_probs, t, last_step)
+        alive: list[_Candidate] = []
+        finished = self.finished[sentence]
+        for row, token, score in candidates:
+            if score == -np.inf or len(alive) == self.K:
+                break
+            if token == self.eos_id or last_step:
+                finished.append(self._hypothesis(t, row, token, score, log_probs))
+            else:
+                alive.append((row, token, score))
+        if self.scoring.coverage is None:
+            done = candidates[0][1] == self.eos_id and len(finished) >= self.n_best
+        else:  # rescoring can promote a longer hypothesis: wait for K finished ones, as fairseq does
+            done = len(finished) >= self.K
+        if last_step or done or not alive:
+            return []
+        return self._pad(alive)
+
+    def _advance_transformers(
+        self, sentence: int, candidates: list[_Candidate], log_probs: FloatArray, t: int, last_step: bool
+    ) -> list[_Candidate]:
+        """transformers' beam step: only the top K candidates may end; K best finished are kept; the
+        sentence stops once K have ended and the best live beam at its length cannot beat the worst."""
+        finished = self.finished[sentence]
+        for row, token, score in candidates[: self.K]:
+            if score > -np.inf and (token == self.eos_id or last_step):
+                finished.append(self._hypothesis(t, row, token, score, log_probs))
+        finished.sort(key=lambda h: -h.score)
+        del finished[self.K :]
+        alive = [c for c in candidates if c[1] != self.eos_id and c[2] > -np.inf][: self.K]
+        if last_step or not alive:
+            return []
+        best_possible = self.scoring.normalised(alive[0][2], t + 1)
+        if len(finished) == self.K and best_possible <= finished[-1].score:
+            return []
+        return self._pad(alive)
+
+    def _hypothesis(self, t: int, row: int, token: int, score: float, log_probs: FloatArray) -> Hypothesis:
+        tokens, token_log_probs, attention = self.trace.rebuild(t, row, token, float(log_probs[row, token]))
+        normalised = self.scoring.normalised(score, len(tokens))
+        if self.scoring.coverage is not None:
+            normalised += self.scoring.coverage(attention)
+        return Hypothesis(tokens, token_log_probs, attention, normalised, token == self.eos_id)
+
+    def _pad(self, alive: list[_Candidate]) -> list[_Candidate]:
+        dead = (alive[0][0], alive[0][1], -np.inf)  # pads the beam; never chosen again
+        return alive + [dead] * (self.K - len(alive))

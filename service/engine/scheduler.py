@@ -1,0 +1,307 @@
+"""Iteration-level scheduling: every kind of inference goes through one bounded queue and one thread.
+
+Requests put sentences (decode jobs) and other inference (calls: forced decoding, self-attention)
+on one queue; a full queue refuses at once (Overloaded). An inference thread loops: it runs the
+queued calls, starts new cohorts from queued sentences that share a key (model and search
+options) as rows free up (all cohorts together decode at most `max_batch` sentences, in at most
+`max_cohorts` cohorts), then takes ONE decoder step of every running cohort in turn.
+So a long sentence never holds short ones behind it: a cohort that starts later advances at the
+same pace, and each sentence is answered the step it ends, not when its batch ends. A caller that
+leaves (deadline, disconnect) has its rows dropped from its cohort before the next step.
+
+Faults stay local: an exception while starting or stepping a cohort fails that cohort's sentences
+(the API answers 500 with a request id and logs the traceback) and the thread goes on. If the loop
+itself breaks, the scheduler turns unhealthy, fails everything and calls `on_fatal`.
+
+Joining a running cohort would need a decoder graph that takes each row's position (the KV cache
+grows by one per step for every row); the shipped graphs derive it from the cache length, so new
+sentences start a new cohort instead, and `max_cohorts` bounds how many step in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from service.engine.errors import NotReady, Overloaded
+
+log = logging.getLogger("attention_mt.scheduler")
+ResultT = TypeVar("ResultT")
+T = TypeVar("T")
+
+
+class Stepper(Protocol[ResultT]):
+    """A batch decoded step by step (search.Cohort): what the scheduler needs of it."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def step(self) -> list[tuple[int, ResultT]]:
+        """One step for every row; (sentence, result) of those that finished."""
+        ...
+
+    def drop(self, sentences: set[int]) -> None: ...
+
+
+StartCohort = Callable[[Hashable, list[list[int]]], Stepper[ResultT]]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    batching: bool = True  # False: a request's sentences are never mixed with another's
+    max_batch: int = 32  # sentences in one cohort
+    max_cohorts: int = 4  # cohorts decoding at once, one step each in turn
+    max_delay_s: float = 0.0  # extra wait for company before a cohort starts
+    max_queue: int = 256  # sentences and calls waiting or being decoded
+    retry_after_s: int = 1
+
+
+@dataclass(eq=False)
+class _Item:
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    cancelled: bool = False  # set on the event loop when the caller leaves; read by the thread
+
+    def watch(self) -> None:
+        self.future.add_done_callback(self._on_done)
+
+    def _on_done(self, future: asyncio.Future[Any]) -> None:
+        self.cancelled = future.cancelled()
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Answer the caller from any thread."""
+        self.loop.call_soon_threadsafe(_settle, self.future, result, error)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+@dataclass(eq=False)
+class _Job(_Item):
+    key: Hashable = None  # sentences with the same key may share a cohort
+    src_ids: list[int] = field(default_factory=list)
+    request: int = 0
+    enqueued: float = 0.0
+
+
+@dataclass(eq=False)
+class _Call(_Item):
+    fn: Callable[..., Any] = print
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(eq=False)
+class _Running(Generic[ResultT]):
+    cohort: Stepper[ResultT]
+    jobs: list[_Job]  # sentence i of the cohort is jobs[i]
+    pending: set[int]  # sentences not answered yet
+
+
+class Scheduler(Generic[ResultT]):
+    def __init__(
+        self,
+        start_cohort: StartCohort[ResultT],
+        config: SchedulerConfig,
+        on_batch: Callable[[int], None] = lambda size: None,
+        on_fatal: Callable[[BaseException], None] = lambda exc: None,
+    ) -> None:
+        self.start_cohort, self.config, self.on_batch, self.on_fatal = start_cohort, config, on_batch, on_fatal
+        self._cv = threading.Condition()
+        self._queue: deque[_Job | _Call] = deque()
+        self._running: list[_Running[ResultT]] = []
+        self._in_flight = 0  # sentences in running cohorts, and the call being run
+        self._requests = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.healthy = True
+
+    @property
+    def depth(self) -> int:
+        """Sentences and calls waiting or being decoded."""
+        with self._cv:
+            return len(self._queue) + self._in_flight
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._work, name="inference", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Finish what is queued and running, then end the thread."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    async def submit(self, key: Hashable, src_ids: list[list[int]]) -> list[ResultT]:
+        """Queue the sentences of one request; results come back in the same order."""
+        loop = asyncio.get_running_loop()
+        request, now = next(self._requests), time.monotonic()
+        jobs = [
+            _Job(loop, loop.create_future(), key=key, src_ids=ids, request=request, enqueued=now) for ids in src_ids
+        ]
+        self._enqueue(jobs)
+        return list(await asyncio.gather(*(job.future for job in jobs)))
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run other inference (introspection) on the inference thread, in queue order, between steps."""
+        loop = asyncio.get_running_loop()
+        item = _Call(loop, loop.create_future(), fn=fn, args=args)
+        self._enqueue([item])
+        result: T = await item.future
+        return result
+
+    def _enqueue(self, items: list[_Job] | list[_Call]) -> None:
+        with self._cv:
+            if not self.healthy or self._stopping:
+                raise NotReady("the scheduler is not running")
+            depth = len(self._queue) + self._in_flight
+            if depth + len(items) > self.config.max_queue:
+                raise Overloaded(
+                    f"the queue is full ({depth} waiting, limit {self.config.max_queue}); retry shortly",
+                    retry_after=self.config.retry_after_s,
+                )
+            for item in items:
+                item.watch()
+            self._queue.extend(items)
+            self._cv.notify()
+
+    # the inference thread
+    def _work(self) -> None:
+        try:
+            while (work := self._next()) is not None:
+                calls, cohorts = work
+                for call in calls:
+                    self._run_call(call)
+                for key, jobs in cohorts:
+                    self._begin(key, jobs)
+                self._step_all()
+        except BaseException as exc:  # the loop itself broke: nothing can be served any more
+            log.critical("the scheduler stopped", exc_info=exc, extra={"event": "scheduler_failed"})
+            self._fail_everything(exc)
+            self.on_fatal(exc)
+
+    def _next(self) -> tuple[list[_Call], list[tuple[Hashable, list[_Job]]]] | None:
+        """Wait for work: the calls to run and the cohorts to start now (None: stopped and idle)."""
+        with self._cv:
+            while True:
+                calls = [item for item in self._queue if isinstance(item, _Call)]
+                for call in calls:
+                    self._queue.remove(call)
+                self._in_flight += len(calls)
+                cohorts, wait = self._admit(time.monotonic())
+                if calls or cohorts or self._running:
+                    return calls, cohorts
+                if self._stopping and not self._queue:
+                    return None
+                self._cv.wait(wait)
+
+    def _admit(self, now: float) -> tuple[list[tuple[Hashable, list[_Job]]], float | None]:
+        """Take queued sentences into new cohorts while there is room; how long to wait for company."""
+        cohorts: list[tuple[Hashable, list[_Job]]] = []
+        decoding = sum(len(run.pending) for run in self._running)
+        while self._queue and len(self._running) + len(cohorts) < self.config.max_cohorts:
+            first = self._queue[0]
+            assert isinstance(first, _Job)  # calls were taken first
+            if self.config.batching:
+                # rows free up as sentences finish: new ones take their places, so all cohorts
+                # together decode at most max_batch sentences (one full batch's worth of work)
+                room = self.config.max_batch - decoding - sum(len(c) for _, c in cohorts)
+                if room <= 0:
+                    break
+                members = [j for j in self._queue if isinstance(j, _Job) and j.key == first.key][:room]
+                wait = first.enqueued + self.config.max_delay_s - now
+                if len(members) < room and wait > 0 and not self._stopping:
+                    return cohorts, wait
+            else:
+                members = [j for j in self._queue if isinstance(j, _Job) and j.request == first.request]
+            taken = {id(j) for j in members}
+            self._queue = deque(j for j in self._queue if id(j) not in taken)
+            live = [j for j in members if not j.cancelled]
+            self._in_flight += len(live)
+            if live:
+                cohorts.append((first.key, live))
+        return cohorts, None
+
+    def _run_call(self, call: _Call) -> None:
+        result, error = None, None
+        try:
+            if not call.cancelled:
+                result = call.fn(*call.args)
+        except Exception as exc:
+            log.error("inference call failed", exc_info=exc, extra={"event": "call_failed"})
+            error = exc
+        self._release(1)  # before the answer: a caller that has its answer is no longer in the depth
+        call.settle(result, error)
+
+    def _begin(self, key: Hashable, jobs: list[_Job]) -> None:
+        try:
+            self.on_batch(len(jobs))
+        except Exception as exc:  # a metrics hook must not stop serving
+            log.error("the batch hook failed", exc_info=exc, extra={"event": "hook_failed"})
+        try:
+            cohort = self.start_cohort(key, [j.src_ids for j in jobs])
+        except Exception as exc:
+            log.error("encoding failed", exc_info=exc, extra={"event": "batch_failed"})
+            self._fail(jobs, exc)
+            return
+        self._running.append(_Running(cohort, jobs, set(range(len(jobs)))))
+
+    def _step_all(self) -> None:
+        for run in list(self._running):
+            try:
+                self._step(run)
+            except Exception as exc:
+                log.error("decoding failed", exc_info=exc, extra={"event": "batch_failed"})
+                self._fail([run.jobs[i] for i in run.pending], exc)
+                run.pending.clear()
+            if run.cohort.done or not run.pending:
+                self._running.remove(run)
+                if run.pending:  # a search that ends must have answered every sentence
+                    self._fail([run.jobs[i] for i in run.pending], RuntimeError("a sentence ended with no result"))
+
+    def _step(self, run: _Running[ResultT]) -> None:
+        left = {i for i in run.pending if run.jobs[i].cancelled}
+        if left:  # their callers are gone (deadline, disconnect): no compute is spent on them
+            log.info("dropped %d sentences whose caller left", len(left), extra={"event": "rows_dropped"})
+            run.cohort.drop(left)
+            run.pending -= left
+            self._release(len(left))
+        if run.cohort.done:
+            return
+        for sentence, result in run.cohort.step():
+            run.pending.discard(sentence)
+            self._release(1)
+            run.jobs[sentence].settle(result)
+
+    def _fail(self, jobs: list[_Job], exc: BaseException) -> None:
+        self._release(len(jobs))
+        for job in jobs:
+            job.settle(error=exc)
+
+    def _release(self, n: int) -> None:
+        with self._cv:
+            self._in_flight -= n
+
+    def _fail_everything(self, exc: BaseException) -> None:
+        with self._cv:
+            self.healthy = False
+            queued, self._queue = list(self._queue), deque()
+        for run in self._running:
+            queued += [run.jobs[i] for i in run.pending]
+        self._running = []
+        for item in queued:
+            item.settle(error=exc)

@@ -1,0 +1,172 @@
+"""Batch-invariant graphs (issue 16): per-row int8 activations and padded one-row MatMuls compute
+what they should, and a freshly exported model decodes a sentence the same alone and batched."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from export.bundle_writer import write_manifest
+from export.invariant_quant import batch_invariant, padding_invariant
+from export.pipeline import ExportOptions, export_run
+from export.quantize import OP_TYPES, batching_changes
+from export.requantize import requantize_bundle
+from service.engine.bundle import load_bundle
+from service.engine.tokenizer import Tokenizer
+from service.engine.translator import Translator
+from tests.export.test_export_families import make_run
+from tests.support.synthetic import synthetic_pairs
+
+RNG = np.random.default_rng(0)
+LEVELS = ort.GraphOptimizationLevel
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], level: ort.GraphOptimizationLevel) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, feeds)[0])
+
+
+def two_layer_int8(tmp_path: Path) -> onnx.ModelProto:
+    """x (B, S, 32) -> Linear with bias -> ReLU -> Linear, through onnxruntime's quantize_dynamic."""
+    w1, b1, w2 = RNG.standard_normal((32, 16)), RNG.standard_normal(16) * 3, RNG.standard_normal((16, 8))
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),
+    ]
+    weights = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in (("w1", w1), ("b1", b1), ("w2", w2))]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y], weights), opset_imports=[helper.make_opsetid("", 20)]
+    )
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+    quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "int8.onnx"), weight_type=QuantType.QInt8)
+    return onnx.load(str(tmp_path / "int8.onnx"))
+
+
+def dequantized(model: onnx.ModelProto, name: str) -> np.ndarray:
+    """A weight as `import-bundle` reads it back: (q - zero_point) * scale."""
+    inits = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in model.graph.initializer}
+    return (inits[f"{name}_quantized"] - inits[f"{name}_zero_point"]) * inits[f"{name}_scale"]
+
+
+def per_row_reference(x: np.ndarray, levels: int) -> np.ndarray:
+    scale = np.abs(x).max(axis=-1, keepdims=True) / levels
+    return np.round(x / scale) * scale
+
+
+@pytest.mark.parametrize("level", [LEVELS.ORT_DISABLE_ALL, LEVELS.ORT_ENABLE_ALL])
+def test_per_row_int8_computes_each_row_with_its_own_scale(tmp_path: Path, level: ort.GraphOptimizationLevel) -> None:
+    dynamic = two_layer_int8(tmp_path)
+    rewritten = batch_invariant(dynamic)
+    assert not [n for n in rewritten.graph.node if n.op_type == "DynamicQuantizeLinear"]
+    for name in ("w1", "w2"):  # the same weights, where import-bundle looks for them
+        assert np.array_equal(dequantized(rewritten, name), dequantized(dynamic, name))
+    x = RNG.standard_normal((3, 5, 32)).astype(np.float32)
+    x[1, 2] *= 40  # one loud row: per-tensor scales would coarsen every other row
+    h = per_row_reference(x.astype(np.float64), 127) @ dequantized(dynamic, "w1") + numpy_helper.to_array(
+        next(i for i in dynamic.graph.initializer if i.name == "b1")
+    )
+    want = per_row_reference(np.maximum(h, 0), 255) @ dequantized(dynamic, "w2")  # ReLU rows take 0..255
+    got = run(rewritten, {"x": x}, level)
+    # With all optimizations too: onnxruntime's MatMulIntegerToFloat fusion is wrong for a per-row
+    # scale with a bias, and the rewrite must not let it happen.
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    assert np.array_equal(run(rewritten, {"x": x[1:2]}, level), got[1:2])  # a row alone: the same bits
+
+
+def test_one_row_matmuls_over_the_padded_axis_ignore_padding() -> None:
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 4, 1, "src_len"])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["batch", 4, "src_len", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g", [a, b], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    padded = padding_invariant(model)
+    assert [n.op_type for n in padded.graph.node] == ["Slice", "Concat", "MatMul", "Slice"]
+    assert padding_invariant(padded) == padded  # idempotent
+    for length in range(1, 20):
+        weights = RNG.random((2, 4, 1, length), dtype=np.float32)
+        values = RNG.standard_normal((2, 4, length, 16)).astype(np.float32)
+        alone = run(padded, {"a": weights, "b": values}, LEVELS.ORT_ENABLE_ALL)
+        np.testing.assert_allclose(alone, weights @ values, rtol=1e-5, atol=1e-5)
+        width = length + 5  # the same rows padded with zeros, as in a batch with a longer source
+        a_pad = np.pad(weights, [(0, 0), (0, 0), (0, 0), (0, 5)])
+        b_pad = np.pad(values, [(0, 0), (0, 0), (0, 5), (0, 0)])
+        assert a_pad.shape[-1] == width
+        assert np.array_equal(run(padded, {"a": a_pad, "b": b_pad}, LEVELS.ORT_ENABLE_ALL), alone), length
+
+
+def mixed_lengths() -> list[str]:
+    """24 texts of one to five synthetic sentences each: 6 to 35 tokens, in one batch."""
+    sentences = [en for en, _ in synthetic_pairs()[::7]]
+    return [" ".join(sentences[i : i + 1 + i % 5]) for i in range(24)]
+
+
+def assert_batch_invariant(translator: Translator) -> None:
+    src_ids = translator.source_ids(mixed_lengths())
+    assert len({len(ids) for ids in src_ids}) > 10
+    for beam in (1, 4):
+        changes = batching_changes(translator, src_ids, beam, batch_size=len(src_ids), max_output_tokens=12)
+        assert changes.invariant, (beam, changes)
+
+
+@pytest.mark.parametrize("case", ["transformer", "rnn-additive"])
+def test_a_fresh_int8_export_is_batch_invariant(
+    case: str, tmp_path: Path, synthetic_corpus: Path, en_tokenizer: Tokenizer, zh_tokenizer: Tokenizer
+) -> None:
+    run_dir = make_run(tmp_path / "run", case, synthetic_corpus, en_tokenizer, zh_tokenizer)
+    bundle = export_run(run_dir, tmp_path / "b", ExportOptions(quantize="int8", quality_split=None, alignment=False))
+    q = bundle.manifest.quantization
+    assert q.mode == "int8" and q.method and "per row" in q.method and q.batch_invariant is True
+    for graph in (bundle.manifest.graphs.encoder.file, bundle.manifest.graphs.decoder.file):
+        ops = {n.op_type for n in onnx.load(str(bundle.file(graph))).graph.node}
+        assert "DynamicQuantizeLinear" not in ops
+    assert "MatMulInteger" in {n.op_type for n in onnx.load(str(bundle.file("decoder.onnx"))).graph.node}
+    assert_batch_invariant(Translator(bundle))
+
+
+def test_an_fp32_export_is_checked_too(
+    tmp_path: Path, synthetic_corpus: Path, en_tokenizer: Tokenizer, zh_tokenizer: Tokenizer
+) -> None:
+    run_dir = make_run(tmp_path / "run", "transformer", synthetic_corpus, en_tokenizer, zh_tokenizer)
+    bundle = export_run(run_dir, tmp_path / "b", ExportOptions(quality_split=None, alignment=False))
+    assert bundle.manifest.quantization.mode == "none" and bundle.manifest.quantization.batch_invariant is True
+    assert_batch_invariant(Translator(bundle))
+
+
+def test_requantize_rewrites_a_per_tensor_bundle_in_place(
+    tmp_path: Path, synthetic_corpus: Path, en_tokenizer: Tokenizer, zh_tokenizer: Tokenizer
+) -> None:
+    run_dir = make_run(tmp_path / "run", "transformer", synthetic_corpus, en_tokenizer, zh_tokenizer)
+    fp32 = export_run(run_dir, tmp_path / "fp32", ExportOptions(quality_split=None, alignment=False))
+    old = tmp_path / "old"  # int8 as bundles were quantized before: per-tensor dynamic
+    shutil.copytree(fp32.path, old)
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        quantize_dynamic(
+            str(fp32.file(graph)), str(old / graph), weight_type=QuantType.QInt8, op_types_to_quantize=OP_TYPES
+        )
+    fields = fp32.manifest.model_dump(exclude={"files"})
+    fields["quantization"] = {"mode": "int8", "method": "dynamic", "bleu_fp32": 12.5, "size_fp32": 1000}
+    write_manifest(old, fields)
+
+    bundle = requantize_bundle(old, corpus=synthetic_corpus, rounds=1)
+    q = load_bundle(old).manifest.quantization  # checksums rewritten: it loads
+    assert bundle.path == old and q.batch_invariant is True and q.method and "per row" in q.method
+    assert q.bleu_fp32 == 12.5 and q.size_fp32 == 1000 and q.token_agreement is None
+    assert q.bleu_int8 is not None and q.bleu_delta == round(q.bleu_int8 - 12.5, 2)
+    assert q.speedup is not None and q.speedup > 0
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert_batch_invariant(Translator(bundle))

@@ -1,0 +1,287 @@
+"""The scheduler with scripted cohorts: grouping, step interleaving, bounds, leaving callers, faults.
+
+The cohorts here are scripted (a sentence of n ids finishes after n steps and answers its ids
+reversed) so that every assertion is about scheduling; tests/service/engine/test_scheduling_real.py
+runs the same scheduler over real bundles. Nothing waits on wall-clock time: threads meet on events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Hashable
+
+import pytest
+
+from service.engine.errors import NotReady, Overloaded
+from service.engine.scheduler import Scheduler, SchedulerConfig
+
+WAIT = 30.0  # generous: a loaded CI machine may be slow, but a correct scheduler never gets near it
+
+
+class Scripted:
+    """A cohort: sentence i finishes after len(ids) steps."""
+
+    def __init__(
+        self, src_ids: list[list[int]], gate: threading.Event | None = None, log: list[int] | None = None
+    ) -> None:
+        self.src_ids, self.gate, self.log = src_ids, gate, log if log is not None else []
+        self.left = {i: len(ids) for i, ids in enumerate(src_ids)}
+        self.steps = 0
+        self.dropped: set[int] = set()
+
+    @property
+    def done(self) -> bool:
+        return not self.left
+
+    def step(self) -> list[tuple[int, list[int]]]:
+        if self.gate is not None:
+            assert self.gate.wait(WAIT)
+        self.steps += 1
+        self.log.append(id(self))  # the order of every cohort's steps, written by the inference thread
+        finished = []
+        for i in list(self.left):
+            self.left[i] -= 1
+            if self.left[i] == 0:
+                del self.left[i]
+                finished.append((i, list(reversed(self.src_ids[i]))))
+        return finished
+
+    def drop(self, sentences: set[int]) -> None:
+        self.dropped |= sentences
+        for i in sentences:
+            self.left.pop(i, None)
+
+
+class Starter:
+    """Starts Scripted cohorts and records each (key, sentences); `gates` hold a key's steps."""
+
+    def __init__(self) -> None:
+        self.cohorts: list[tuple[Hashable, Scripted]] = []
+        self.gates: dict[Hashable, threading.Event] = {}
+        self.fail_keys: set[Hashable] = set()
+        self.log: list[int] = []
+
+    def __call__(self, key: Hashable, src_ids: list[list[int]]) -> Scripted:
+        if key in self.fail_keys:
+            raise RuntimeError(f"cannot encode {key}")
+        cohort = Scripted(src_ids, self.gates.get(key), self.log)
+        self.cohorts.append((key, cohort))
+        return cohort
+
+
+async def until(condition: object, what: str) -> None:
+    """Poll a condition set by the inference thread (it cannot await)."""
+    for _ in range(int(WAIT / 0.005)):
+        if callable(condition) and condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_concurrent_requests_share_a_cohort_and_answers_route_back() -> None:
+    starter = Starter()
+    starter.gates["m"] = gate = threading.Event()
+
+    async def main() -> list[list[list[int]]]:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_batch=16, max_cohorts=1))
+        scheduler.start()
+        first = asyncio.ensure_future(scheduler.submit("m", [[9]]))  # starts a cohort that waits at its gate
+        await until(lambda: starter.cohorts, "the first cohort")
+        rest = [asyncio.ensure_future(scheduler.submit("m", [[i, i + 1], [i]])) for i in range(3)]
+        await until(lambda: scheduler.depth == 7, "the queue to fill")
+        gate.set()
+        results = [await first, *[await r for r in rest]]
+        await scheduler.stop()
+        return results
+
+    results = asyncio.run(main())
+    assert results == [[[9]], [[1, 0], [0]], [[2, 1], [1]], [[3, 2], [2]]]
+    assert [len(c.src_ids) for _, c in starter.cohorts] == [1, 6]  # the three later requests shared one
+
+
+def test_sentences_of_other_keys_never_share_a_cohort() -> None:
+    starter = Starter()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_batch=3))
+        scheduler.start()
+        await asyncio.gather(*(scheduler.submit("a" if i % 2 else "b", [[i]]) for i in range(10)))
+        await scheduler.stop()
+
+    asyncio.run(main())
+    for key, cohort in starter.cohorts:
+        assert len(cohort.src_ids) <= 3
+        assert all((ids[0] % 2 == 1) == (key == "a") for ids in cohort.src_ids)
+
+
+def test_without_batching_a_request_is_decoded_alone() -> None:
+    starter = Starter()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(batching=False))
+        scheduler.start()
+        await asyncio.gather(*(scheduler.submit("m", [[i], [i, i]]) for i in range(5)))
+        await scheduler.stop()
+
+    asyncio.run(main())
+    assert sorted(c.src_ids[0][0] for _, c in starter.cohorts) == list(range(5))
+    assert all(len(c.src_ids) == 2 for _, c in starter.cohorts)
+
+
+def test_a_long_sentence_never_holds_a_short_one_behind_it() -> None:
+    starter = Starter()
+    starter.gates["m"] = gate = threading.Event()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_cohorts=2))
+        scheduler.start()
+        long = asyncio.ensure_future(scheduler.submit("m", [list(range(200))]))
+        await until(lambda: starter.cohorts, "the long cohort")
+        short = asyncio.ensure_future(scheduler.submit("m", [[1, 2]]))
+        await until(lambda: scheduler.depth == 2, "the short sentence to queue")
+        gate.set()
+        await short
+        assert len(await long) == 1
+        await scheduler.stop()
+        (_, long_cohort), (_, short_cohort) = starter.cohorts
+        short_end = len(starter.log) - starter.log[::-1].index(id(short_cohort))
+        assert starter.log[:short_end].count(id(long_cohort)) <= 3  # the short one joined the next step
+
+    asyncio.run(main())
+
+
+def test_a_full_queue_refuses_at_once_and_has_room_afterwards() -> None:
+    starter = Starter()
+    starter.gates["m"] = gate = threading.Event()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_queue=4, retry_after_s=3))
+        scheduler.start()
+        first = asyncio.ensure_future(scheduler.submit("m", [[1], [2], [3]]))
+        await until(lambda: scheduler.depth == 3, "the first request")
+        with pytest.raises(Overloaded) as refused:
+            await scheduler.submit("m", [[4], [5]])
+        assert refused.value.retry_after == 3
+        assert "limit 4" in refused.value.message
+        gate.set()
+        await first
+        assert await scheduler.submit("m", [[4], [5]]) == [[4], [5]]
+        assert scheduler.depth == 0
+        await scheduler.stop()
+
+    asyncio.run(main())
+
+
+def test_calls_share_the_queue_and_count_in_its_depth() -> None:
+    starter = Starter()
+    release = threading.Event()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_queue=2))
+        scheduler.start()
+        blocked = asyncio.ensure_future(scheduler.call(release.wait, WAIT))
+        await until(lambda: scheduler.depth == 1, "the call to run")
+        queued = asyncio.ensure_future(scheduler.submit("m", [[1]]))
+        await until(lambda: scheduler.depth == 2, "the sentence to queue")
+        with pytest.raises(Overloaded):
+            await scheduler.call(sum, [1, 2])
+        release.set()
+        assert await blocked is True
+        assert await queued == [[1]]
+        assert await scheduler.call(sum, [1, 2]) == 3
+        await scheduler.stop()
+
+    asyncio.run(main())
+
+
+def test_a_caller_that_leaves_has_its_rows_dropped_before_the_next_step() -> None:
+    starter = Starter()
+    starter.gates["m"] = gate = threading.Event()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig())
+        scheduler.start()
+        leaving = asyncio.ensure_future(scheduler.submit("m", [list(range(50)), [7] * 40]))
+        await until(lambda: starter.cohorts, "the cohort")
+        leaving.cancel()  # a deadline or a disconnect
+        await asyncio.gather(leaving, return_exceptions=True)
+        gate.set()
+        cohort = starter.cohorts[0][1]
+        await until(lambda: cohort.done, "the cohort to end")
+        assert cohort.dropped == {0, 1}
+        assert cohort.steps == 1  # the step that was running when the caller left; none after
+        await until(lambda: scheduler.depth == 0, "the queue to empty")
+        await scheduler.stop()
+
+    asyncio.run(main())
+
+
+def test_a_failing_batch_fails_its_requests_only_and_serving_goes_on() -> None:
+    starter = Starter()
+    starter.fail_keys.add("bad")
+    hook_calls: list[int] = []
+
+    def raising_hook(size: int) -> None:
+        hook_calls.append(size)
+        raise ValueError("a metrics hook that raises")
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(), on_batch=raising_hook)
+        scheduler.start()
+        ok, bad = await asyncio.gather(
+            scheduler.submit("ok", [[1]]), scheduler.submit("bad", [[2]]), return_exceptions=True
+        )
+        assert ok == [[1]]
+        assert isinstance(bad, RuntimeError) and "cannot encode bad" in str(bad)
+        assert await scheduler.submit("ok", [[3]]) == [[3]]
+        assert scheduler.healthy and scheduler.depth == 0
+        await scheduler.stop()
+
+    asyncio.run(main())
+    assert hook_calls  # it raised every time, and every batch was still served
+
+
+def test_a_failing_step_fails_that_cohort_only() -> None:
+    class Breaks(Scripted):
+        def step(self) -> list[tuple[int, list[int]]]:
+            if self.src_ids[0][0] == 666:
+                raise RuntimeError("step failed")
+            return super().step()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(lambda key, ids: Breaks(ids), SchedulerConfig(max_batch=1))
+        scheduler.start()
+        results = await asyncio.gather(
+            scheduler.submit("m", [[1, 2, 3]]), scheduler.submit("m", [[666]]), return_exceptions=True
+        )
+        assert results[0] == [[3, 2, 1]]
+        assert isinstance(results[1], RuntimeError)
+        assert scheduler.healthy
+        await scheduler.stop()
+
+    asyncio.run(main())
+
+
+def test_a_broken_loop_fails_everything_turns_unhealthy_and_says_so() -> None:
+    class Unknowable(Scripted):
+        @property
+        def done(self) -> bool:
+            raise RuntimeError("the loop's own bookkeeping broke")
+
+    fatal: list[BaseException] = []
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(
+            lambda key, ids: Unknowable(ids), SchedulerConfig(), on_fatal=fatal.append
+        )
+        scheduler.start()
+        with pytest.raises(RuntimeError, match="bookkeeping"):
+            await scheduler.submit("m", [[1, 2]])
+        await until(lambda: not scheduler.healthy, "the scheduler to turn unhealthy")
+        with pytest.raises(NotReady):
+            await scheduler.submit("m", [[1]])
+        await scheduler.stop()
+
+    asyncio.run(main())
+    assert len(fatal) == 1
