@@ -34,7 +34,9 @@ class BundleImportError(ValueError):
     """The bundle's graphs do not hold every parameter of the model its manifest describes."""
 
 
-class _Graph:
+class GraphWeights:
+    """A graph's initializers (int8 ones dequantized), and the Linear weights found from their biases."""
+
     def __init__(self, path: Path) -> None:
         model = onnx.load(str(path))
         self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
@@ -96,7 +98,7 @@ def import_bundle(bundle_dir: Path, run_config: RunConfig) -> Checkpoint:
         raise BundleImportError(f"{bundle_dir}: importing is supported for transformer bundles only")
     model_config = model_config_from_dict(dict(manifest.architecture.config))
     model = build_model(model_config)
-    graphs = [_Graph(bundle.file(g.file)) for g in (manifest.graphs.encoder, manifest.graphs.decoder)]
+    graphs = [GraphWeights(bundle.file(g.file)) for g in (manifest.graphs.encoder, manifest.graphs.decoder)]
     state = model.state_dict()
     missing = []
     for key, param in state.items():
@@ -122,7 +124,7 @@ def import_bundle(bundle_dir: Path, run_config: RunConfig) -> Checkpoint:
     )
 
 
-def _find(graphs: list[_Graph], key: str, shape: tuple[int, ...]) -> np.ndarray | None:
+def _find(graphs: list[GraphWeights], key: str, shape: tuple[int, ...]) -> np.ndarray | None:
     for graph in graphs:
         array = graph.tensor(PREFIX + key)
         if array is not None and array.shape == shape:

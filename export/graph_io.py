@@ -24,6 +24,9 @@ def t(name: str, dtype: str, *shape: int | str) -> TensorSpec:
     return TensorSpec(name=name, dtype=dtype, shape=list(shape))  # type: ignore[arg-type]
 
 
+POSITIONS = "positions"  # the decoder state input holding each row's position (service/engine/onnx_model.py)
+CACHE_AXIS = "cache_len"  # the KV cache's slot axis (export/invariant_quant.py pads it in order)
+
 SOURCE = [t("src_ids", "int64", "batch", "src_len"), t("src_pad_mask", "bool", "batch", "src_len")]
 
 
@@ -48,10 +51,12 @@ def _rnn(cfg: RNNConfig) -> FamilyIO:
 def _transformer(cfg: TransformerConfig) -> FamilyIO:
     L, N, D = cfg.dec_layers, cfg.heads, cfg.d_model // cfg.heads
     statics = [t(f"cross_{kv}.{i}", "float32", "batch", N, "src_len", D) for i in range(L) for kv in ("key", "value")]
-    past = [t(f"past_{kv}.{i}", "float32", "batch", N, "past_len", D) for i in range(L) for kv in ("key", "value")]
-    present = [
-        t(f"present_{kv}.{i}", "float32", "batch", N, "present_len", D) for i in range(L) for kv in ("key", "value")
-    ]
+    # A KV cache of fixed width per step: each row writes at its own position (models/transformer.py
+    # decode_step_at), so sentences can join a batch mid-decode; the service widens it as rows grow.
+    kvs = [(kv, i) for i in range(L) for kv in ("key", "value")]
+    past = [t(f"past_{kv}.{i}", "float32", "batch", N, CACHE_AXIS, D) for kv, i in kvs]
+    present = [t(f"present_{kv}.{i}", "float32", "batch", N, CACHE_AXIS, D) for kv, i in kvs]
+    positions, next_positions = t(POSITIONS, "int64", "batch"), t(f"next_{POSITIONS}", "int64", "batch")
     encoder = GraphSpec(
         file="encoder.onnx",
         inputs=SOURCE,
@@ -59,16 +64,18 @@ def _transformer(cfg: TransformerConfig) -> FamilyIO:
     )
     decoder = GraphSpec(
         file="decoder.onnx",
-        inputs=[t("prev_tokens", "int64", "batch"), SOURCE[1], *statics, *past],
+        inputs=[t("prev_tokens", "int64", "batch"), SOURCE[1], *statics, positions, *past],
         outputs=[
             t("log_probs", "float32", "batch", cfg.tgt_vocab),
             t("cross_attention", "float32", "batch", L, N, "src_len"),
-            t("self_attention", "float32", "batch", L, N, "present_len"),
+            t("self_attention", "float32", "batch", L, N, CACHE_AXIS),
+            next_positions,
             *present,
         ],
     )
     state = [
-        StateSpec(input=p.name, output=q.name, batch_axis=0, init="empty") for p, q in zip(past, present, strict=True)
+        StateSpec(input=p.name, output=q.name, batch_axis=0, init="empty")
+        for p, q in zip([positions, *past], [next_positions, *present], strict=True)
     ]
     return FamilyIO(encoder, decoder, state, [s.name for s in statics])
 

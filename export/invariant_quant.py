@@ -32,6 +32,8 @@ MS_DOMAIN = "com.microsoft"
 ROW_QUANT = "/row_quant"  # prefix of the constants per_row adds
 PAD_ROWS = "/pad_rows"  # prefix of the constants and tensors make_padding_invariant adds
 PADDED_AXIS = "src_len"  # the axis batching pads (export/graph_io.py names it)
+# ... and a fixed-width KV cache's slot axis, whose unwritten slots are padding too
+PADDED_AXES = (PADDED_AXIS, "cache_len")
 
 
 class RewriteError(ValueError):
@@ -134,7 +136,8 @@ def rewrite_matmuls(model: onnx.ModelProto, builder: Builder) -> onnx.ModelProto
 def batch_invariant(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` made batch-invariant: dynamic-int8 MatMuls per row, sums over the padded axis in order."""
     model = rewrite_matmuls(model, per_row) if _dynamic(model) else _copy(model)
-    make_padding_invariant(model)
+    for axis in PADDED_AXES:
+        make_padding_invariant(model, axis)
     return model
 
 

@@ -15,8 +15,8 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from export.graph_io import FamilyIO, dynamic_axes
-from export.invariant_quant import make_padding_invariant
+from export.graph_io import POSITIONS, FamilyIO, dynamic_axes
+from export.invariant_quant import PADDED_AXES, make_padding_invariant
 from models.registry import Seq2Seq
 from models.transformer import Transformer
 from service.engine.manifest import GraphSpec
@@ -56,13 +56,32 @@ class DecoderGraph(nn.Module):
         n_static = len(self.io.statics)
         statics = dict(zip(self.io.statics, tensors[:n_static], strict=True))
         state = dict(zip(self.state_inputs, tensors[n_static:], strict=True))
-        out = self.model.decode_step(prev_tokens, statics, src_pad_mask, state)
-        outputs = {"log_probs": out.log_probs, "cross_attention": out.cross_attention}
+        outputs: dict[str, Tensor] = {}
+        if POSITIONS in state:  # rows at their own positions in a fixed-width cache
+            assert isinstance(self.model, Transformer)
+            positions = state.pop(POSITIONS)
+            out = self.model.decode_step_at(prev_tokens, positions, statics, src_pad_mask, state)
+            out.state[POSITIONS] = positions + 1
+        else:
+            out = self.model.decode_step(prev_tokens, statics, src_pad_mask, state)
+        outputs.update(log_probs=out.log_probs, cross_attention=out.cross_attention)
         if out.self_attention is not None:
             outputs["self_attention"] = out.self_attention
         for spec in self.io.state:
             outputs[spec.output] = out.state[spec.input]
         return tuple(outputs[t.name] for t in self.io.decoder.outputs)
+
+
+def initial_state(model: Seq2Seq, io: FamilyIO, ids: Tensor, mask: Tensor, slots: int) -> list[Tensor]:
+    """The decoder state before the first step, in the I/O table's order: a fixed-width cache has
+    `slots` empty slots and every row at position 0 (the service widens it as it goes instead)."""
+    initial = model.encode(ids, mask).state
+    if POSITIONS not in {s.input for s in io.state}:
+        return [initial[s.input] for s in io.state]
+    state = {POSITIONS: torch.zeros(len(ids), dtype=torch.long)}
+    for name, empty in initial.items():  # (B, N, 0, D)
+        state[name] = empty.new_zeros(*empty.shape[:2], slots, *empty.shape[3:])
+    return [state[s.input] for s in io.state]
 
 
 def sample_inputs(model: Seq2Seq, io: FamilyIO) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
@@ -80,6 +99,9 @@ def sample_inputs(model: Seq2Seq, io: FamilyIO) -> tuple[tuple[Tensor, ...], tup
     state = []
     for spec in io.state:
         decl = io.decoder.input(spec.input)
+        if spec.input == POSITIONS:  # rows at different positions, inside the cache
+            state.append(torch.arange(SAMPLE_BATCH) % SAMPLE_PAST_LEN)
+            continue
         shape = [SAMPLE_BATCH if d == "batch" else SAMPLE_PAST_LEN if isinstance(d, str) else d for d in decl.shape]
         state.append(torch.randn(*shape) * 0.1)
     prev_tokens = torch.randint(4, model.config.tgt_vocab, (SAMPLE_BATCH,))
@@ -111,7 +133,9 @@ def export_graphs(model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSE
         model.eval()  # the exporter restores the wrapper's mode onto the model afterwards; keep it in eval
         exported = onnx.load(str(path))
         stamp_declared_shapes(exported, graph)
-        make_padding_invariant(exported)  # sums over the padded source add in order: batch-invariant
+        # sums over the padded source, and over the cache's unwritten slots, add in order: batch-invariant
+        for axis in PADDED_AXES:
+            make_padding_invariant(exported, axis)
         onnx.save(exported, str(path))
         onnx.checker.check_model(str(path), full_check=True)
         paths[graph.file] = path

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from export.graph_io import FamilyIO
-from export.onnx_graphs import DecoderGraph, EncoderGraph
+from export.onnx_graphs import DecoderGraph, EncoderGraph, initial_state
 from models.batching import pad
 from models.decoding import translate_ids
 from models.registry import Seq2Seq
@@ -89,8 +89,7 @@ def tier1_outputs(model: Seq2Seq, io: FamilyIO, onnx_model: OnnxSeq2Seq, src_ids
         diffs[f"encoder.{spec.name}"] = _diff(a, b)
     torch_enc = dict(zip((t.name for t in io.encoder.outputs), enc_torch, strict=True))
     statics = [torch_enc[name] for name in io.statics]
-    initial = model.encode(ids, mask).state
-    state = [initial[s.input] for s in io.state]
+    state = initial_state(model, io, ids, mask, slots=TIER1_STEPS)
     tokens = torch.full((len(src_ids),), BOS_ID, dtype=torch.long)
     decoder = DecoderGraph(model, io)
     for _ in range(TIER1_STEPS):

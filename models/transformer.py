@@ -140,11 +140,16 @@ class DecoderLayer(PrePostNorm):
         self_blocked: Tensor | None,
         cross: tuple[Tensor, Tensor],
         cross_blocked: Tensor,
+        slot: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor, Tensor]:
-        """x (B, T, H) with past keys/values (B, N, P, D) -> x, present (B, N, P+T, D), self and cross weights."""
+        """x (B, T, H) with past keys/values (B, N, P, D) -> x, present (B, N, P+T, D), self and cross weights.
+        With `slot` (B, 1, P, 1), True at each row's position, one step's keys and values are written
+        into the cache there instead (present (B, N, P, D)): rows at different positions share a batch."""
         h = self.sublayer_input(self.norm1, x)
         k, v = self.self_attn.project_kv(h)  # (B, N, T, D)
-        if past is not None:
+        if past is not None and slot is not None:
+            k, v = torch.where(slot, k, past[0]), torch.where(slot, v, past[1])  # (B, N, P, D)
+        elif past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, N, P+T, D)
         out, self_weights = self.self_attn(h, k, v, self_blocked)  # (B, N, T, P+T)
         x = self.residual(self.norm1, x, out)
@@ -218,18 +223,29 @@ class Transformer(nn.Module):
         src_pad_mask: Tensor,
         state: dict[str, Tensor] | None,
         self_blocked: Tensor | None,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor]:
         """Run the decoder stack on tgt_ids (B, T) after the cached past; returns logits (B, T, V),
-        the present cache, cross-attention (B, L, N, T, S) and self-attention (B, L, N, T, P+T)."""
-        past_len = 0 if state is None else state["past_key.0"].shape[2]
-        x = self._embed(self.tgt_embed, tgt_ids, past_len)  # (B, T, H)
+        the present cache, cross-attention (B, L, N, T, S) and self-attention (B, L, N, T, P+T).
+        With `positions` (B,), one step whose rows each sit at their own position in a cache of
+        fixed width P (decode_step_at): present (B, N, P, D), self-attention (B, L, N, 1, P)."""
+        slot = None
+        if positions is None:
+            past_len = 0 if state is None else state["past_key.0"].shape[2]
+            x = self._embed(self.tgt_embed, tgt_ids, past_len)  # (B, T, H)
+        else:
+            assert state is not None
+            x = self.dropout(self.tgt_embed(tgt_ids) * self.scale + self.positions[positions][:, None])  # (B, 1, H)
+            slots = torch.arange(state["past_key.0"].shape[2], device=tgt_ids.device)  # (P,)
+            slot = (slots[None, :] == positions[:, None])[:, None, :, None]  # (B, 1, P, 1) where this step writes
+            self_blocked = (slots[None, :] > positions[:, None])[:, None, None, :]  # (B, 1, 1, P) not written yet
         cross_blocked = src_pad_mask[:, None, None, :]  # (B, 1, 1, S)
         present: dict[str, Tensor] = {}
         cross_weights, self_weights = [], []
         for i, layer in enumerate(self.decoder_layers):
             past = None if state is None else (state[f"past_key.{i}"], state[f"past_value.{i}"])
             cross = (statics[f"cross_key.{i}"], statics[f"cross_value.{i}"])
-            x, (k, v), s_w, c_w = layer(x, past, self_blocked, cross, cross_blocked)
+            x, (k, v), s_w, c_w = layer(x, past, self_blocked, cross, cross_blocked, slot)
             present[f"past_key.{i}"], present[f"past_value.{i}"] = k, v
             self_weights.append(s_w)
             cross_weights.append(c_w)
@@ -245,6 +261,27 @@ class Transformer(nn.Module):
             cross_attention=cross[:, :, :, 0],  # (B, L, N, S)
             state=present,
             self_attention=self_weights[:, :, :, 0],  # (B, L, N, P+1)
+        )
+
+    def decode_step_at(
+        self,
+        prev_tokens: Tensor,
+        positions: Tensor,
+        statics: dict[str, Tensor],
+        src_pad_mask: Tensor,
+        state: dict[str, Tensor],
+    ) -> StepOutput:
+        """decode_step for rows at different positions (B,): row b writes its keys and values at
+        slot positions[b] of a cache (B, N, P, D) with P > max(positions), and attends to slots
+        0..positions[b]. New sentences can join a batch mid-decode (the service's scheduler)."""
+        logits, present, cross, self_weights = self._decode(
+            prev_tokens[:, None], statics, src_pad_mask, state, None, positions
+        )
+        return StepOutput(
+            log_probs=F.log_softmax(logits[:, 0], dim=-1),  # (B, V)
+            cross_attention=cross[:, :, :, 0],  # (B, L, N, S)
+            state=present,
+            self_attention=self_weights[:, :, :, 0],  # (B, L, N, P)
         )
 
     def forward(

@@ -118,8 +118,9 @@ class BeamDecode:
             else:
                 self._done_now.append(sentence)
         self.active = still_active
-        if not still_active:
-            return None
+        if not still_active:  # no rows go on
+            self.tokens = self.tokens[:0]
+            return np.zeros(0, dtype=np.int64)
         rows = np.array([c[0] for c in kept], dtype=np.int64)
         self.tokens = np.array([c[1] for c in kept], dtype=np.int64)
         self.cum = np.array([c[2] for c in kept])

@@ -38,7 +38,7 @@ def force(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dic
         L, N = self_rows[0].shape[:2]
         full = np.zeros((T, L, N, T), dtype=np.float32)  # causal: zeros above the diagonal
         for t, row in enumerate(self_rows):
-            full[t, :, :, : t + 1] = row
+            full[t, :, :, : t + 1] = row[..., : t + 1]  # a fixed-width cache has unwritten slots after
         result["self"] = full
     if "encoder_self_attention" in state.extras:
         result["encoder_self"] = state.extras["encoder_self_attention"][0]  # (L, N, S, S)

@@ -21,6 +21,11 @@ from service.engine.manifest import StateSpec, TensorSpec
 from service.engine.search import FloatArray, IntArray, suppress
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+POSITIONS = "positions"  # a state input holding each row's position: its cache is written in place
+CACHE_AXIS = "cache_len"  # the slot axis of such a cache
+SOURCE_AXIS = "src_len"
+LEGACY_CACHE_AXIS = "past_len"  # a cache that grows by one column a step: every row at the same position
+CACHE_CHUNK = 16  # slots added at a time: a copy of the cache every 16 steps, not every step
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,15 @@ class OnnxState:
     state: dict[str, npt.NDArray[Any]]  # decoder state inputs, batch on their spec's axis
     extras: dict[str, npt.NDArray[Any]] = field(default_factory=dict)  # other encoder outputs
     origin: IntArray | None = None  # (N,) the encoded sentence of each row; None: row i is sentence i
+
+
+def _pad(x: npt.NDArray[Any], axis: int, size: int, value: float | bool) -> npt.NDArray[Any]:
+    """x padded at the end of `axis` to `size`."""
+    if x.shape[axis] >= size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return np.pad(x, widths, constant_values=value)
 
 
 def make_session(path: str, config: SessionConfig) -> ort.InferenceSession:
@@ -87,6 +101,12 @@ class OnnxSeq2Seq:
             t.name for t in graphs.decoder.inputs if t.name not in state_inputs | {"prev_tokens", "src_pad_mask"}
         ]
         self.output_names = [t.name for t in graphs.decoder.outputs]
+        inputs = {t.name: t for t in graphs.decoder.inputs}
+        self.axes = {name: [(i, d) for i, d in enumerate(spec.shape) if isinstance(d, str) and d != "batch"]
+                     for name, spec in inputs.items()}  # fmt: skip
+        self.slotted = POSITIONS in state_inputs
+        # sentences can join a running batch unless rows share one position (a cache that grows by concat)
+        self.joinable = not any(d == LEGACY_CACHE_AXIS for s in state_inputs for _, d in self.axes[s])
         special, search = bundle.manifest.special_ids, bundle.manifest.search
         suppressed = (special.pad, special.bos) if search.suppressed_ids is None else search.suppressed_ids
         self.suppressed, self.renormalize = tuple(dict.fromkeys(suppressed)), search.renormalize
@@ -108,6 +128,8 @@ class OnnxSeq2Seq:
 
     def run_step(self, tokens: IntArray, state: OnnxState) -> tuple[dict[str, npt.NDArray[Any]], OnnxState]:
         """One decoder step; every output by name, and the state for the next step."""
+        if self.slotted:
+            state = self._with_room(state)
         feeds = {"prev_tokens": tokens, "src_pad_mask": state.src_pad_mask, **state.statics, **state.state}
         outputs = dict(zip(self.output_names, self.decoder.run(self.output_names, feeds), strict=True))
         new_state = {spec.input: outputs[spec.output] for spec in self.state_specs}
@@ -118,17 +140,75 @@ class OnnxSeq2Seq:
         log_probs = suppress(outputs["log_probs"], self.suppressed, self.renormalize)
         return log_probs, outputs["cross_attention"], new_state
 
+    def _with_room(self, state: OnnxState) -> OnnxState:
+        """Widen the cache so that every row's position has a slot (zeros: masked until written)."""
+        positions = state.state[POSITIONS]
+        need = int(positions.max()) + 1 if len(positions) else 0
+        tensors = {}
+        for name, value in state.state.items():
+            widened = value
+            for axis, dim in self.axes[name]:
+                if dim == CACHE_AXIS and value.shape[axis] < need:
+                    widened = _pad(value, axis, -(-need // CACHE_CHUNK) * CACHE_CHUNK, 0)
+            tensors[name] = widened
+        return OnnxState(state.src_pad_mask, state.statics, tensors, state.extras, state.origin)
+
+    def merge(self, a: OnnxState, b: OnnxState) -> OnnxState:
+        """One state with a's rows then b's: sources padded to the longer, caches to the wider.
+        Exact: padding is masked (the source) or not yet written (the cache), and the graphs add
+        padding's zeros in order (export/invariant_quant.py), so no row's result changes."""
+        if not self.joinable:
+            raise ValueError("this bundle's decoder cannot take rows at different positions")
+        width = max(a.src_pad_mask.shape[1], b.src_pad_mask.shape[1])
+        masks = [_pad(m, 1, width, True) for m in (a.src_pad_mask, b.src_pad_mask)]
+        statics = {name: self._joined(name, a.statics[name], b.statics[name], 0) for name in a.statics}
+        tensors = {s.input: self._joined(s.input, a.state[s.input], b.state[s.input], s.batch_axis)
+                   for s in self.state_specs}  # fmt: skip
+        origin_a = np.arange(len(a.src_pad_mask)) if a.origin is None else a.origin
+        origin_b = np.arange(len(b.src_pad_mask)) if b.origin is None else b.origin
+        origin = np.concatenate([origin_a, origin_b + (int(origin_a.max()) + 1 if len(origin_a) else 0)])
+        return OnnxState(np.concatenate(masks), statics, tensors, {}, origin)
+
+    def _joined(self, name: str, a: npt.NDArray[Any], b: npt.NDArray[Any], batch_axis: int) -> npt.NDArray[Any]:
+        for axis, _ in self.axes[name]:
+            size = max(a.shape[axis], b.shape[axis])
+            a, b = _pad(a, axis, size, 0), _pad(b, axis, size, 0)
+        return np.concatenate([a, b], axis=batch_axis)
+
     def reorder(self, state: OnnxState, rows: IntArray) -> OnnxState:
         """Select state rows. The per-source tensors (cross-attention keys and values, the mask) follow
         only the sentence of each row: a beam reshuffle within sentences leaves them as they are,
         which saves copying them every beam step."""
         origin = np.arange(len(state.src_pad_mask)) if state.origin is None else state.origin
         new_origin = origin[rows]
-        same_sources = len(new_origin) == len(origin) and bool(np.array_equal(new_origin, origin))
-        return OnnxState(
-            src_pad_mask=state.src_pad_mask if same_sources else state.src_pad_mask[rows],
-            statics=state.statics if same_sources else {k: v[rows] for k, v in state.statics.items()},
-            state={s.input: np.take(state.state[s.input], rows, axis=s.batch_axis) for s in self.state_specs},
-            extras=state.extras,
-            origin=new_origin,
-        )
+        if len(new_origin) == len(origin) and bool(np.array_equal(new_origin, origin)):
+            sizes: dict[str, int] = {}
+            mask, statics = state.src_pad_mask, state.statics
+        else:  # sentences left: what only they needed (a longer source, cache slots) goes too
+            sizes = self._needed(state, rows)
+            mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
+            statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items()}
+        tensors = {
+            s.input: self._take(s.input, state.state[s.input], rows, s.batch_axis, sizes) for s in self.state_specs
+        }
+        return OnnxState(mask, statics, tensors, state.extras, new_origin)
+
+    def _needed(self, state: OnnxState, rows: IntArray) -> dict[str, int]:
+        """The source width and cache slots the selected rows still need, where that is less than now."""
+        real = np.flatnonzero(~state.src_pad_mask[rows].all(axis=0))
+        sizes = {SOURCE_AXIS: int(real[-1]) + 1 if len(real) else 0}
+        if self.slotted:
+            positions = state.state[POSITIONS][rows]
+            slots = -(-int(positions.max()) // CACHE_CHUNK) * CACHE_CHUNK if len(positions) else 0
+            sizes[CACHE_AXIS] = slots
+        return sizes
+
+    def _take(
+        self, name: str, x: npt.NDArray[Any], rows: IntArray, batch_axis: int, sizes: dict[str, int]
+    ) -> npt.NDArray[Any]:
+        """x's rows, cut to `sizes` on its named axes (a view first: one copy in all)."""
+        cut = [slice(None)] * x.ndim
+        for axis, dim in self.axes.get(name, [(1, SOURCE_AXIS)] if name == "src_pad_mask" else []):
+            if dim in sizes and sizes[dim] < x.shape[axis]:
+                cut[axis] = slice(0, sizes[dim])
+        return np.take(x[tuple(cut)], rows, axis=batch_axis)

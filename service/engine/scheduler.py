@@ -13,9 +13,11 @@ Faults stay local: an exception while starting or stepping a cohort fails that c
 (the API answers 500 with a request id and logs the traceback) and the thread goes on. If the loop
 itself breaks, the scheduler turns unhealthy, fails everything and calls `on_fatal`.
 
-Joining a running cohort would need a decoder graph that takes each row's position (the KV cache
-grows by one per step for every row); the shipped graphs derive it from the cache length, so new
-sentences start a new cohort instead, and `max_cohorts` bounds how many step in turn.
+New sentences are encoded as a batch of their own, then join a running cohort of the same model
+between two steps (search.Cohort.join: continuous batching), whatever their search options. A
+bundle whose decoder takes every row at one position (a cache grown by concatenation, bundles
+exported before continuous batching) cannot mix steps: its new sentences start a cohort of
+their own, and `max_cohorts` bounds how many step in turn.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class Stepper(Protocol[ResultT]):
         ...
 
     def drop(self, sentences: set[int]) -> None: ...
+
+    def join(self, other: Any) -> int | None:
+        """Take another batch's sentences mid-decode; the number of its first sentence here, or None."""
+        ...
 
 
 StartCohort = Callable[[Hashable, list[list[int]]], Stepper[ResultT]]
@@ -258,6 +264,17 @@ class Scheduler(Generic[ResultT]):
             log.error("encoding failed", exc_info=exc, extra={"event": "batch_failed"})
             self._fail(jobs, exc)
             return
+        for run in self._running if self.config.batching else []:
+            try:
+                first = run.cohort.join(cohort)
+            except Exception as exc:  # the running batch is intact only if the merge never happened
+                log.error("joining a running batch failed", exc_info=exc, extra={"event": "batch_failed"})
+                first = None
+            if first is not None:  # its sentences decode in that batch from the next step on
+                assert first == len(run.jobs)
+                run.jobs += jobs
+                run.pending |= set(range(first, first + len(jobs)))
+                return
         self._running.append(_Running(cohort, jobs, set(range(len(jobs)))))
 
     def _step_all(self) -> None:

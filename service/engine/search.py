@@ -13,7 +13,10 @@ V target vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
+
+import numpy as np
 
 from service.engine.beam import BeamDecode, row_candidates
 from service.engine.greedy import GreedyDecode
@@ -64,7 +67,7 @@ class StepModel(Protocol[StateT]):
     """What the search needs of a model: one decoding step, and row reordering of its state."""
 
     def step(self, tokens: IntArray, state: StateT) -> tuple[FloatArray, FloatArray, StateT]:
-        """Feed the last token of each row (N,); get log-probs (N, V), attention (N, ...), new state."""
+        """Feed the last token of each row (N,); get log-probs (N, V), attention (N, ..., S), new state."""
         ...
 
     def reorder(self, state: StateT, rows: IntArray) -> StateT:
@@ -76,6 +79,7 @@ class Decode(Protocol):
     """A search as a step machine (GreedyDecode, BeamDecode)."""
 
     tokens: IntArray  # (N,) the token each row feeds the next step
+    max_lengths: IntArray  # (B,) one per sentence
 
     @property
     def done(self) -> bool: ...
@@ -97,33 +101,100 @@ class Decode(Protocol):
         ...
 
 
-class Cohort(Generic[StateT]):
-    """One batch of sentences decoded step by step: a model, its state, and a search."""
+@dataclass
+class _Part:
+    """The sentences one search decodes inside a cohort: a run of consecutive rows."""
 
-    def __init__(self, model: StepModel[StateT], state: StateT, decode: Decode) -> None:
-        self.model, self.decode = model, decode
+    decode: Decode
+    first: int  # the cohort's number for the part's sentence 0
+    sentences: int
+    width: int | None  # the source width it was encoded with (its attention's last axis); None: its first step's
+
+
+class Cohort(Generic[StateT]):
+    """One batch decoded step by step: a model, its state, and one or more searches (parts).
+
+    Each part owns a run of consecutive rows and may have its own options (greedy next to beam 4).
+    `join` adds another cohort's sentences between two steps, mid-decode: the model state is
+    merged and every part goes on as if alone (TGI's Seq2SeqLMBatch.concatenate; rows leave
+    through the reorder, as its `filter`)."""
+
+    def __init__(self, model: StepModel[StateT], state: StateT, decode: Decode, width: int | None = None) -> None:
+        self.model = model
+        self.parts = [_Part(decode, 0, len(decode.max_lengths), width)]
+        self._sentences = len(decode.max_lengths)
         rows = decode.start()
         self.state = state if rows is None else model.reorder(state, rows)
 
     @property
     def done(self) -> bool:
-        return self.decode.done
+        return all(part.decode.done for part in self.parts)
 
     @property
     def rows(self) -> int:
-        return len(self.decode.tokens)
+        return sum(len(part.decode.tokens) for part in self.parts)
+
+    @property
+    def sentences(self) -> int:
+        """Sentences taken in so far, finished ones included: a joining part's numbers follow them."""
+        return self._sentences
 
     def step(self) -> list[tuple[int, list[Hypothesis]]]:
         """One decoder step for every row; the sentences that finished with it."""
-        log_probs, attention, state = self.model.step(self.decode.tokens, self.state)  # (N, V), (N, ...)
-        self._reorder(state, self.decode.advance(log_probs, attention))
-        return self.decode.take_finished()
+        if self.done:
+            return []
+        tokens = np.concatenate([part.decode.tokens for part in self.parts])
+        log_probs, attention, state = self.model.step(tokens, self.state)  # (N, V), (N, ..., S)
+        rows, start, changed = [], 0, False
+        for part in self.parts:
+            n = len(part.decode.tokens)
+            if part.width is None:  # the source width it is encoded with: its first step's
+                part.width = attention.shape[-1]
+            seen = _fit(attention[start : start + n], part.width)
+            kept = part.decode.advance(log_probs[start : start + n], seen)
+            changed |= kept is not None
+            rows.append(np.arange(n) + start if kept is None else kept + start)
+            start += n
+        self._reorder(state, np.concatenate(rows) if changed else None)
+        return self._finished()
 
     def drop(self, sentences: set[int]) -> None:
-        self._reorder(self.state, self.decode.drop(sentences))
+        rows, start, changed = [], 0, False
+        for part in self.parts:
+            n = len(part.decode.tokens)
+            mine = {s - part.first for s in sentences if part.first <= s < part.first + part.sentences}
+            kept = part.decode.drop(mine) if mine else None
+            changed |= kept is not None
+            rows.append(np.arange(n) + start if kept is None else kept + start)
+            start += n
+        self._reorder(self.state, np.concatenate(rows) if changed else None)
+        self._prune()
+
+    def join(self, other: Cohort[StateT]) -> int | None:
+        """Take `other`'s sentences into this batch; the number of its first sentence here, or None
+        when the model cannot mix rows at different steps (then `other` decodes on its own)."""
+        model = self.model  # a model with `joinable` and `merge(a, b)` (OnnxSeq2Seq) can mix them
+        if other.model is not model or not getattr(model, "joinable", False) or self.done:
+            return None
+        if any(part.width is None for part in [*self.parts, *other.parts]):
+            return None
+        offset = self._sentences
+        self.state = model.merge(self.state, other.state)  # type: ignore[attr-defined]
+        self.parts += [_Part(p.decode, p.first + offset, p.sentences, p.width) for p in other.parts]
+        self._sentences += other.sentences
+        return offset
+
+    def _finished(self) -> list[tuple[int, list[Hypothesis]]]:
+        finished = [(part.first + s, nbest) for part in self.parts for s, nbest in part.decode.take_finished()]
+        self._prune()
+        return finished
+
+    def _prune(self) -> None:
+        """Parts with no rows left go (one stays, done, when all are)."""
+        self.parts = [part for part in self.parts if not part.decode.done] or self.parts[:1]
 
     def _reorder(self, state: StateT, rows: IntArray | None) -> None:
-        if rows is not None and not self.decode.done:
+        if rows is not None and not self.done:
             state = self.model.reorder(state, rows)
         self.state = state
 
@@ -134,6 +205,18 @@ class Cohort(Generic[StateT]):
             for sentence, nbest in self.step():
                 results[sentence] = nbest
         return results
+
+
+def _fit(attention: FloatArray, width: int | None) -> FloatArray:
+    """A part's attention (n, ..., S) at the width it was encoded with: the batch may pad the source
+    further (a longer sentence joined) or cut padding (the longest left); either way only columns
+    of padding, which are exactly 0, are added or removed."""
+    if width is None or attention.shape[-1] == width:
+        return attention
+    if attention.shape[-1] > width:
+        return attention[..., :width]
+    widths = [(0, 0)] * (attention.ndim - 1) + [(0, width - attention.shape[-1])]
+    return np.pad(attention, widths)
 
 
 def greedy_search(

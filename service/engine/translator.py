@@ -122,7 +122,7 @@ class Translator:
             decode = GreedyDecode(max_lengths, *ends, scoring)
         else:
             decode = BeamDecode(max_lengths, *ends, options.beam_size, options.n_best, scoring)
-        return Cohort(self.model, state, decode)
+        return Cohort(self.model, state, decode, width=ids.shape[1])
 
     def search_ids(self, src_ids: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """Decode source id lists (each ending in EOS) in one batch; n_best hypotheses each."""

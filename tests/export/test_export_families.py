@@ -75,7 +75,10 @@ def test_transformer_bundle_reports_every_layer_and_head(
     cfg = CASES["transformer"]
     assert hyp.attention.shape == (len(hyp.tokens), cfg.dec_layers, cfg.heads, max(len(s) for s in src))
     state = bundle.manifest.state
-    assert [s.input for s in state][:2] == ["past_key.0", "past_value.0"] and state[0].init == "empty"
+    # each row's position, then a fixed-width KV cache: rows at different steps share a batch
+    assert [s.input for s in state][:3] == ["positions", "past_key.0", "past_value.0"]
+    assert all(s.init == "empty" for s in state)
+    assert bundle.manifest.graphs.decoder.input("past_key.0").shape[2] == "cache_len"
 
 
 def test_an_export_records_its_search_against_loops(bundle_dir: Path) -> None:

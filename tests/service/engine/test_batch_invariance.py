@@ -1,11 +1,13 @@
 """A sentence gets the same tokens and scores whatever it is batched with (issue 16), for every
 shipped bundle: decoded alone, then in one batch with sentences of other lengths, greedy and beam
-4. Exactly equal, not within a tolerance: the graphs quantize each row with its own scale and pad
-one-row MatMuls (export/invariant_quant.py), so no value of a row depends on another row.
+4, and when it joins a batch that is already decoding. Exactly equal, not within a tolerance: the
+graphs quantize each row with its own scale and pad one-row MatMuls (export/invariant_quant.py),
+and a Transformer row writes its own slots of the KV cache, so no value of a row depends on another.
 Skipped while bundles/ holds no bundle."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from service.engine.bundle import load_bundle
@@ -99,6 +101,39 @@ def test_a_sentence_decodes_the_same_alone_and_in_a_mixed_batch(translator: Tran
         assert batched.tokens == alone.tokens
         assert batched.token_log_probs == alone.token_log_probs  # exactly
         assert batched.score == alone.score
+
+
+@pytest.mark.parametrize(("first", "second"), [(1, 4), (4, 1)])
+def test_a_sentence_decodes_the_same_when_it_joins_a_running_batch(
+    translator: Translator, first: int, second: int
+) -> None:
+    """Continuous batching: half the sentences decode for a few steps, then the other half (other
+    search options, other lengths) join the running batch mid-decode; each part as if alone."""
+    by_length = sorted(translator.source_ids(SENTENCES[translator.manifest.source_lang]), key=len, reverse=True)
+    src_ids = by_length[::2] + by_length[1::2]  # both halves mix lengths; the longest decodes first
+    half = len(src_ids) // 2
+    options = [translator.options(beam_size=first)] * half + [translator.options(beam_size=second)] * half
+    alone = [translator.search_ids([ids], o)[0][0] for ids, o in zip(src_ids, options, strict=True)]
+    longest = max(len(h.tokens) for h in alone[:half])
+    for steps_before in (1, 5, longest - 2):  # the last: late, the cache grown past a chunk where outputs are long
+        cohort = translator.begin(src_ids[:half], options[0])
+        found: dict[int, Hypothesis] = {}
+        for _ in range(steps_before):
+            found |= {s: nbest[0] for s, nbest in cohort.step()}
+        assert not cohort.done  # the longest sentence is still decoding
+        assert cohort.join(translator.begin(src_ids[half:], options[-1])) == half
+        while not cohort.done:
+            found |= {s: nbest[0] for s, nbest in cohort.step()}
+        for i, expected in enumerate(alone):
+            joined = found[i]
+            width = expected.attention.shape[-1]
+            assert (joined.tokens, joined.token_log_probs, joined.score) == (
+                expected.tokens,
+                expected.token_log_probs,
+                expected.score,
+            ), (steps_before, i)
+            assert np.array_equal(joined.attention[..., :width], expected.attention)
+            assert not joined.attention[..., width:].any()  # padding's columns are exactly 0
 
 
 def test_the_manifest_says_so(translator: Translator) -> None:

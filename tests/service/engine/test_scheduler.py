@@ -29,6 +29,7 @@ class Scripted:
         self.left = {i: len(ids) for i, ids in enumerate(src_ids)}
         self.steps = 0
         self.dropped: set[int] = set()
+        self.finished_at: dict[int, int] = {}  # sentence -> the step it finished at
 
     @property
     def done(self) -> bool:
@@ -44,6 +45,7 @@ class Scripted:
             self.left[i] -= 1
             if self.left[i] == 0:
                 del self.left[i]
+                self.finished_at[i] = self.steps
                 finished.append((i, list(reversed(self.src_ids[i]))))
         return finished
 
@@ -51,6 +53,20 @@ class Scripted:
         self.dropped |= sentences
         for i in sentences:
             self.left.pop(i, None)
+
+    def join(self, other: Scripted) -> int | None:
+        """A bundle whose decoder cannot mix steps: later sentences start cohorts of their own."""
+        return None
+
+
+class Joinable(Scripted):
+    """A cohort that takes later sentences mid-decode (search.Cohort over a slotted cache)."""
+
+    def join(self, other: Scripted) -> int | None:
+        first = len(self.src_ids)
+        self.src_ids = [*self.src_ids, *other.src_ids]
+        self.left.update({first + i: n for i, n in other.left.items()})
+        return first
 
 
 class Starter:
@@ -61,11 +77,12 @@ class Starter:
         self.gates: dict[Hashable, threading.Event] = {}
         self.fail_keys: set[Hashable] = set()
         self.log: list[int] = []
+        self.kind: type[Scripted] = Scripted
 
     def __call__(self, key: Hashable, src_ids: list[list[int]]) -> Scripted:
         if key in self.fail_keys:
             raise RuntimeError(f"cannot encode {key}")
-        cohort = Scripted(src_ids, self.gates.get(key), self.log)
+        cohort = self.kind(src_ids, self.gates.get(key), self.log)
         self.cohorts.append((key, cohort))
         return cohort
 
@@ -149,6 +166,35 @@ def test_a_long_sentence_never_holds_a_short_one_behind_it() -> None:
         assert starter.log[:short_end].count(id(long_cohort)) <= 3  # the short one joined the next step
 
     asyncio.run(main())
+
+
+def test_new_sentences_join_the_running_cohort_and_leave_it_as_they_finish() -> None:
+    starter = Starter()
+    starter.kind = Joinable
+    starter.gates["m"] = gate = threading.Event()
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_batch=8))
+        scheduler.start()
+        long = asyncio.ensure_future(scheduler.submit("m", [list(range(50))]))
+        await until(lambda: starter.cohorts, "the long cohort")
+        # other search options (another key) join too: the parts of one cohort search on their own
+        short = [asyncio.ensure_future(scheduler.submit(key, [[i, i + 1], [i]])) for i, key in enumerate("mxm")]
+        await until(lambda: scheduler.depth == 7, "the short sentences to queue")
+        gate.set()
+        assert [await s for s in short] == [[[1, 0], [0]], [[2, 1], [1]], [[3, 2], [2]]]
+        assert await long == [list(range(49, -1, -1))]
+        await scheduler.stop()
+
+    asyncio.run(main())
+    (_, running), *_ = starter.cohorts
+    assert len(running.src_ids) == 7  # every later sentence joined it
+    assert set(starter.log) == {id(running)}  # the cohorts that joined never stepped on their own
+    # the joined sentences finished (and were answered: the scheduler settles each at its step)
+    # within their own length of joining, while the long one decoded on to its 50th step
+    joined_at = running.finished_at[1] - 2
+    assert all(step - joined_at <= 2 for sentence, step in running.finished_at.items() if sentence)
+    assert running.finished_at[0] == running.steps == 50
 
 
 def test_a_full_queue_refuses_at_once_and_has_room_afterwards() -> None:

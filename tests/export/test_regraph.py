@@ -1,0 +1,71 @@
+"""Bundles from before continuous batching: they still serve (later sentences in batches of their
+own), and `export.regraph` gives them the new decoder with the same int8 weights and outputs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from export.graph_io import CACHE_AXIS, POSITIONS, FamilyIO, family_io
+from export.pipeline import ExportOptions, export_run
+from export.regraph import greedy_agreement, regraph_bundle
+from models.config import ModelConfig
+from service.engine.manifest import TensorSpec
+from service.engine.tokenizer import Tokenizer
+from service.engine.translator import Translator
+from tests.export.test_export_families import make_run
+from tests.support.synthetic import synthetic_pairs
+
+
+def legacy_io(cfg: ModelConfig) -> FamilyIO:
+    """The I/O table exports used before: no positions, a cache that grows by one column a step."""
+    io = family_io(cfg)
+
+    def renamed(specs: list[TensorSpec], axis: str) -> list[TensorSpec]:
+        kept = [t for t in specs if t.name not in (POSITIONS, f"next_{POSITIONS}")]
+        return [t.model_copy(update={"shape": [axis if d == CACHE_AXIS else d for d in t.shape]}) for t in kept]
+
+    decoder = io.decoder.model_copy(
+        update={"inputs": renamed(io.decoder.inputs, "past_len"), "outputs": renamed(io.decoder.outputs, "present_len")}
+    )
+    return FamilyIO(io.encoder, decoder, [s for s in io.state if s.input != POSITIONS], io.statics)
+
+
+def int8_weights(path: Path) -> list[bytes]:
+    inits = onnx.load(str(path)).graph.initializer
+    return sorted(numpy_helper.to_array(i).tobytes() for i in inits if i.data_type == onnx.TensorProto.UINT8)
+
+
+def test_an_old_bundle_serves_and_regraphs_to_the_same_translations(
+    tmp_path: Path,
+    synthetic_corpus: Path,
+    en_tokenizer: Tokenizer,
+    zh_tokenizer: Tokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = make_run(tmp_path / "run", "transformer", synthetic_corpus, en_tokenizer, zh_tokenizer)
+    with monkeypatch.context() as patch:
+        patch.setattr("export.pipeline.family_io", legacy_io)
+        old = export_run(run, tmp_path / "old", ExportOptions(quantize="int8", quality_split=None))
+    shutil.copytree(old.path, tmp_path / "new")
+
+    before = Translator(old)
+    assert not before.model.joinable  # every row at one position: no joining mid-decode
+    ids = before.source_ids([en for en, _ in synthetic_pairs()[::40]])
+    greedy = before.options(beam_size=1)
+    running = before.begin(ids[:3], greedy)
+    running.step()
+    assert running.join(before.begin(ids[3:], greedy)) is None  # the scheduler starts another batch
+
+    new = regraph_bundle(tmp_path / "new")
+    after = Translator(new)
+    assert after.model.joinable and POSITIONS in {s.input for s in new.manifest.state}
+    assert int8_weights(new.file("decoder.onnx")) == int8_weights(old.file("decoder.onnx"))  # tied output too
+    assert new.file("encoder.onnx").read_bytes() == old.file("encoder.onnx").read_bytes()
+    sources = [en for en, _ in synthetic_pairs()[::7]]
+    assert greedy_agreement(before, after, sources) == 1.0
+    assert regraph_bundle(tmp_path / "new").manifest == new.manifest  # a second run changes nothing

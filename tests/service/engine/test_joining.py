@@ -1,0 +1,95 @@
+"""Continuous batching on freshly exported and converted bundles (the shipped ones are covered by
+test_batch_invariance.py): sentences that join a running batch mid-decode get exactly what they
+get alone, greedy next to beam, fp32 and int8, our Transformer and a converted Marian; and the
+batch's state shrinks back when the sentences that needed more leave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.engine.bundle import load_bundle
+from service.engine.onnx_model import OnnxState
+from service.engine.search import Cohort, Hypothesis
+from service.engine.translator import SearchOptions, Translator, pad_ids
+from tests.support.synthetic import synthetic_pairs
+
+
+def sources(translator: Translator) -> list[list[int]]:
+    english = [en for en, _ in synthetic_pairs()[::37]][:10]
+    texts = [*english, " and ".join(english[:4])]  # one long sentence: its source pads the others
+    return translator.source_ids(texts)
+
+
+def decoded(cohort: Cohort[OnnxState], found: dict[int, Hypothesis], steps: int | None = None) -> None:
+    while not cohort.done and (steps is None or steps > 0):
+        found |= {s: nbest[0] for s, nbest in cohort.step()}
+        steps = None if steps is None else steps - 1
+
+
+def check_joining(translator: Translator) -> None:
+    ids = sources(translator)
+    first, second = ids[::2], ids[1::2]
+    greedy, beam = translator.options(beam_size=1), translator.options(beam_size=3)
+    for a, b in ((greedy, beam), (beam, greedy)):
+        alone = [translator.search_ids([i], o)[0][0] for i, o in [*((i, a) for i in first), *((i, b) for i in second)]]
+        cohort = translator.begin(first, a)
+        found: dict[int, Hypothesis] = {}
+        decoded(cohort, found, steps=2)
+        assert cohort.join(translator.begin(second, b)) == len(first)
+        decoded(cohort, found)
+        for i, expected in enumerate(alone):
+            width = expected.attention.shape[-1]
+            assert found[i].tokens == expected.tokens
+            assert found[i].token_log_probs == expected.token_log_probs
+            assert np.array_equal(found[i].attention[..., :width], expected.attention)
+
+
+@pytest.mark.parametrize("name", ["en-zh", "en-zh-int8"])
+def test_exported_bundles_take_sentences_mid_decode(bundle_dir: Path, name: str) -> None:
+    translator = Translator(load_bundle(bundle_dir / name))
+    assert translator.model.joinable and translator.model.slotted
+    check_joining(translator)
+
+
+@pytest.mark.parametrize("name", ["en-de", "marian-en-zh"])
+def test_converted_bundles_take_sentences_mid_decode(converted_bundles: Path, name: str) -> None:
+    check_joining(Translator(load_bundle(converted_bundles / name)))
+
+
+def test_rows_that_leave_take_their_source_and_cache_slots_with_them(bundle_dir: Path) -> None:
+    translator = Translator(load_bundle(bundle_dir / "en-zh"))
+    model, ids = translator.model, sources(translator)
+    long, short = ids[-1], ids[0]
+    greedy = SearchOptions(beam_size=1)
+    cohort = translator.begin([long], greedy)
+    cohort.join(translator.begin([short], greedy))
+    assert cohort.state.src_pad_mask.shape[1] == len(long)
+    cohort.drop({0})  # the long sentence's caller left
+    assert cohort.state.src_pad_mask.shape[1] == len(short)  # the source axis cut to what is left
+    assert all(v.shape[2] == len(short) for k, v in cohort.state.statics.items())
+
+    state = model.encode(*pad_ids([short, short]))
+    state.state["positions"] = np.array([40, 3])  # row 0 has written 40 slots, row 1 three
+    state = model.reorder(model.run_step(np.array([5, 5]), state)[1], np.array([1]))
+    assert state.state["past_key.0"].shape[2] == 16  # one chunk of slots is what row 1 needs
+    assert state.state["positions"].tolist() == [4]
+
+
+@pytest.mark.parametrize("dropped_beam", [1, 3])
+def test_a_part_whose_callers_all_left_goes_and_the_rest_decode_on(bundle_dir: Path, dropped_beam: int) -> None:
+    translator = Translator(load_bundle(bundle_dir / "en-zh-int8"))
+    ids = sources(translator)
+    kept, gone = ids[:4], ids[4:8]
+    options = translator.options(beam_size=4 - dropped_beam)
+    alone = [translator.search_ids([i], options)[0][0] for i in kept]
+    cohort = translator.begin(kept, options)
+    found: dict[int, Hypothesis] = dict((s, nbest[0]) for s, nbest in cohort.step())
+    cohort.join(translator.begin(gone, translator.options(beam_size=dropped_beam)))
+    found |= {s: nbest[0] for s, nbest in cohort.step() if s < 4}
+    cohort.drop(set(range(4, 8)))  # every caller of the joined part left (deadline, disconnect)
+    decoded(cohort, found)
+    assert sorted(found) == [0, 1, 2, 3]
+    assert [found[i].tokens for i in range(4)] == [h.tokens for h in alone]
