@@ -20,6 +20,9 @@ class Settings(BaseSettings):
     provider: Literal["cpu", "cuda", "auto"] = "cpu"
     intra_op_threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0: one per core)")
     inter_op_threads: int = Field(0, ge=0)
+    intra_op_spinning: bool = Field(
+        False, description="onnxruntime's idle threads spin for work (off: they yield the cores to the HTTP server)"
+    )
     enable_mem_arena: bool = True
     enable_mem_pattern: bool = True
 

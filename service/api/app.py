@@ -94,6 +94,7 @@ def session_config(settings: Settings) -> SessionConfig:
         provider=resolve_provider(settings.provider),
         intra_op_threads=settings.intra_op_threads,
         inter_op_threads=settings.inter_op_threads,
+        spinning=settings.intra_op_spinning,
         enable_mem_arena=settings.enable_mem_arena,
         enable_mem_pattern=settings.enable_mem_pattern,
     )

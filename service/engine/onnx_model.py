@@ -35,6 +35,7 @@ class SessionConfig:
     provider: str = "cpu"  # cpu | cuda
     intra_op_threads: int = 0  # 0: onnxruntime's default (one per core)
     inter_op_threads: int = 0
+    spinning: bool = True  # onnxruntime's default; the service turns it off (MT_INTRA_OP_SPINNING)
     enable_mem_arena: bool = True
     enable_mem_pattern: bool = True
 
@@ -63,6 +64,9 @@ def make_session(path: str, config: SessionConfig) -> ort.InferenceSession:
     options.inter_op_num_threads = config.inter_op_threads
     options.enable_cpu_mem_arena = config.enable_mem_arena
     options.enable_mem_pattern = config.enable_mem_pattern
+    if not config.spinning:  # spinning threads busy-wait between ops, taking CPU the event loop needs
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     providers = [PROVIDERS[config.provider]]
     if config.provider == "cuda":
         providers.append(PROVIDERS["cpu"])  # for the few ops CUDA lacks; startup checks the main one

@@ -93,7 +93,8 @@ class VocabTokenizer:
     def encode_ids(self, texts: list[str]) -> list[list[int]]:
         """Ids only, for many texts at once (same normalisation and target-language token)."""
         start = [] if self._prefix is None else [self._vocab[self._prefix]]
-        batch: list[list[str]] = self._sp.encode([normalize(t) for t in texts], out_type=str)
+        # one call per text: SentencePiece's list form starts a thread pool per call (tokenizer.py)
+        batch: list[list[str]] = [self._sp.encode(normalize(t), out_type=str) for t in texts]
         return [start + [self._vocab.get(p, self._unk) for p in pieces] for pieces in batch]
 
     def decode(self, ids: list[int]) -> Encoding:

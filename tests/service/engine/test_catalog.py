@@ -37,3 +37,17 @@ def test_one_bad_bundle_stops_the_load(bundle_dir: Path, tmp_path: Path) -> None
         Catalog.load(tmp_path / "b", SessionConfig())
     with pytest.raises(BundleInvalid, match="no bundles"):
         Catalog.load(tmp_path, SessionConfig())
+
+
+def test_idle_onnxruntime_threads_spin_only_when_asked() -> None:
+    from service.api.app import session_config
+    from service.engine.onnx_model import make_session
+    from service.settings import DEFAULT_BUNDLES, Settings
+
+    encoder = str(DEFAULT_BUNDLES / "en-zh" / "encoder.onnx")
+    key = "session.intra_op.allow_spinning"
+    quiet = make_session(encoder, session_config(Settings())).get_session_options()
+    assert quiet.get_session_config_entry(key) == "0"  # the service's default
+    spinning = make_session(encoder, session_config(Settings(intra_op_spinning=True))).get_session_options()
+    with pytest.raises(RuntimeError, match="does not have"):  # unset: onnxruntime's own default, spinning
+        spinning.get_session_config_entry(key)
