@@ -4,9 +4,14 @@
 
 1. engine alone, batch 1: the service core in-process (tokenize, search, shape), sequentially,
    against the same sentences through a real `attention-mt serve`, one client: the HTTP overhead;
-2. the engine's offline throughput (length-sorted batches of 32, no server): the ceiling;
-3. throughput with 1, 16 and 32 concurrent clients (greedy), and 1 and 16 at beam 4;
+2. the engine's offline throughput (length-sorted batches of 32, no server): the ceiling, against
+   32 concurrent clients (greedy);
+3. throughput with 1 and 16 concurrent clients (greedy), and 1 and 16 at beam 4;
 4. a short sentence's latency alone, and while 32 clients keep the server busy (p50, p99).
+
+1 and 2 are the ratios whose parts a shared machine moves most between minutes, so they are
+taken in `--rounds` interleaved rounds (engine, HTTP, offline, 32 clients, then again), and the
+ratio reported is the median of the rounds' ratios, with its range.
 
 The load generator is asyncio over raw keep-alive sockets, one process, so it leaves the server
 most of the 2 cores; its CPU time is printed next to each figure. Clients and server share the
@@ -49,36 +54,33 @@ def sentences(source_lang: str, n: int) -> list[str]:
     return (texts * (n // len(texts) + 1))[:n]
 
 
-def engine_latency(bundle: Path, texts: list[str], beam: int) -> list[float]:
-    settings = Settings(bundles=bundle.parent, max_queue_delay_ms=0)
-    service = build_service(Catalog.load(settings.bundles, session_config(settings)), settings)
-    name = bundle.name
+class Engine:
+    """The service core in-process (no HTTP) and the bare translator, built once for every round."""
 
-    async def run() -> list[float]:
-        service.scheduler.start()
+    def __init__(self, bundle: Path) -> None:
+        from service.engine.bundle import load_bundle  # noqa: PLC0415
+        from service.engine.translator import Translator  # noqa: PLC0415
+
+        settings = Settings(bundles=bundle.parent, max_queue_delay_ms=0)
+        self.service = build_service(Catalog.load(settings.bundles, session_config(settings)), settings)
+        self.translator = Translator(load_bundle(bundle), session_config(settings))
+        self.name = bundle.name
+
+    async def latencies(self, texts: list[str], beam: int) -> list[float]:
         times = []
         for text in texts:
             start = time.perf_counter()
-            await service.translate(TranslateRequest([text], model=name, beam_size=beam, attention=AttentionOptions()))
+            request = TranslateRequest([text], model=self.name, beam_size=beam, attention=AttentionOptions())
+            await self.service.translate(request)
             times.append(time.perf_counter() - start)
-        await service.scheduler.stop()
         return times
 
-    return asyncio.run(run())
-
-
-def offline_throughput(bundle: Path, texts: list[str], beam: int) -> float:
-    """Sentences per second of the engine alone, in length-sorted batches of 32: the ceiling for HTTP."""
-    from service.engine.bundle import load_bundle  # noqa: PLC0415
-    from service.engine.translator import Translator  # noqa: PLC0415
-
-    settings = Settings(bundles=bundle.parent)
-    translator = Translator(load_bundle(bundle), session_config(settings))
-    options = translator.options(beam_size=beam)
-    translator.translate_texts(texts[:32], options)  # warm-up
-    start = time.perf_counter()
-    translator.translate_texts(texts, options, batch_size=32)
-    return len(texts) / (time.perf_counter() - start)
+    def offline_throughput(self, texts: list[str], beam: int) -> float:
+        """Sentences per second in length-sorted batches of 32: the ceiling for HTTP."""
+        options = self.translator.options(beam_size=beam)
+        start = time.perf_counter()
+        self.translator.translate_texts(texts, options, batch_size=32)
+        return len(texts) / (time.perf_counter() - start)
 
 
 class Server:
@@ -186,12 +188,25 @@ def pct(times: list[float], q: float) -> float:
     return sorted(times)[min(len(times) - 1, int(q * len(times)))] * 1000
 
 
+async def interleaved(port: int, engine: Engine, texts: list[str], seconds: float, rounds: int) -> dict[str, Any]:
+    """The engine against HTTP at batch 1, and offline against 32 clients, round after round."""
+    greedy = [body_of(t, engine.name, 1) for t in texts]
+    await sequential(port, greedy[:10])  # warm-up, both sides
+    await engine.latencies(texts[:10], 1)
+    engine.offline_throughput(texts[:32], 1)
+    runs: dict[str, list[float]] = {"engine_ms": [], "http_ms": [], "offline_rps": [], "rps_32": []}
+    for _ in range(rounds):
+        runs["engine_ms"].append(statistics.median(await engine.latencies(texts[:40], 1)) * 1000)
+        runs["http_ms"].append(statistics.median(await sequential(port, greedy[:40])) * 1000)
+        runs["offline_rps"].append(engine.offline_throughput(texts, 1))
+        runs["rps_32"].append((await load(port, greedy, 32, seconds / 2))[0])
+    return runs
+
+
 async def over_http(port: int, texts: list[str], model: str, short: str, seconds: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     greedy = [body_of(t, model, 1) for t in texts]
     beam4 = [body_of(t, model, 4) for t in texts]
-    await sequential(port, greedy[:10])  # warm-up
-    out["http_ms_median"] = statistics.median(await sequential(port, greedy)) * 1000
     for clients in (1, 16, 32):
         out[f"rps_{clients}"], out[f"client_cpu_s_{clients}"] = await load(port, greedy, clients, seconds)
     for clients in (1, 16):
@@ -204,29 +219,46 @@ async def over_http(port: int, texts: list[str], model: str, short: str, seconds
     return out
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+async def measure(server: Server, args: argparse.Namespace, texts: list[str], short: str) -> dict[str, Any]:
+    engine = Engine(args.bundle)
+    engine.service.scheduler.start()
+    try:
+        runs = await interleaved(server.port, engine, texts, args.seconds, args.rounds)
+    finally:
+        await engine.service.scheduler.stop()
+    r: dict[str, Any] = {"rounds": runs}
+    overhead = [h / e - 1 for h, e in zip(runs["http_ms"], runs["engine_ms"], strict=True)]
+    ceiling = [c / o for c, o in zip(runs["rps_32"], runs["offline_rps"], strict=True)]
+    r |= await over_http(server.port, texts, engine.name, short, args.seconds)
+    r["targets"] = {
+        "http_overhead (<= 0.15)": spread(overhead),
+        "32 clients / offline batch 32 (>= 0.7)": spread(ceiling),
+        "16 clients / 1 client, beam 4 (>= 3)": r["rps_16_beam4"] / r["rps_1_beam4"],
+        "short p99 loaded / p50 alone (<= 3)": r["short_p99_loaded_ms"] / r["short_p50_alone_ms"],
+    }
+    return r
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", type=Path, required=True)
     parser.add_argument("--sentences", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the two ratios")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     manifest = json.loads((args.bundle / "manifest.json").read_text())
     texts = sentences(manifest["source_lang"], args.sentences)
     r: dict[str, Any] = {"bundle": str(args.bundle), "sentences": len(texts), "seconds": args.seconds}
-    r["engine_ms_median"] = statistics.median(engine_latency(args.bundle, texts, 1)) * 1000
-    r["offline_rps_batch32"] = offline_throughput(args.bundle, texts, 1)
     server = Server(args.bundle)
     try:
-        r |= asyncio.run(over_http(server.port, texts, manifest["name"], SHORT[manifest["source_lang"]], args.seconds))
+        r |= asyncio.run(measure(server, args, texts, SHORT[manifest["source_lang"]]))
     finally:
         server.stop()
-    r["targets"] = {
-        "http_overhead (<= 0.15)": r["http_ms_median"] / r["engine_ms_median"] - 1,
-        "32 clients / offline batch 32 (>= 0.7)": r["rps_32"] / r["offline_rps_batch32"],
-        "16 clients / 1 client, beam 4 (>= 3)": r["rps_16_beam4"] / r["rps_1_beam4"],
-        "short p99 loaded / p50 alone (<= 3)": r["short_p99_loaded_ms"] / r["short_p50_alone_ms"],
-    }
     print(json.dumps(r, indent=2))
     if args.out:
         args.out.write_text(json.dumps(r, indent=2) + "\n")

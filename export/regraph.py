@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from export.bundle_import import GraphWeights, import_bundle
+from export.bundle_import import BundleImportError, GraphWeights, import_bundle
 from export.bundle_writer import ExportError, place, staging_dir, write_manifest
 from export.graph_io import POSITIONS, family_io
 from export.onnx_graphs import export_graphs
@@ -36,13 +36,13 @@ from service.engine.translator import Translator
 
 
 def regraph_bundle(bundle_dir: Path) -> Bundle:
-    """Rewrite `bundle_dir`'s decoder (atomically, checksums rewritten); a no-op when it has one."""
+    """Rewrite `bundle_dir`'s decoder (atomically, checksums rewritten); a no-op when it needs none."""
     bundle = load_bundle(bundle_dir)
     m = bundle.manifest
-    if POSITIONS in {s.input for s in m.state}:
-        return bundle
-    if m.architecture.family != "transformer":
-        raise ExportError(f"{bundle_dir}: only a Transformer's decoder carries a KV cache")
+    if POSITIONS in {s.input for s in m.state} or m.architecture.family != "transformer":
+        return bundle  # the new decoder already, or an RNN: no KV cache, rows join as they are
+    if m.tokenizers.kind != "sentencepiece":  # its weights are the checkpoint's: convert from that again
+        raise ExportError(f"{bundle_dir}: a converted bundle; run `attention-mt convert-hf` on its checkpoint again")
     checkpoint = import_bundle(bundle_dir, RunConfig(model=model_config_from_dict(dict(m.architecture.config))))
     model = checkpoint.model
     assert isinstance(model, Transformer)  # import_bundle builds what the manifest describes
@@ -104,7 +104,11 @@ def main(argv: list[str]) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             before = Path(tmp) / path.name
             shutil.copytree(path, before)
-            regraph_bundle(path)
+            try:
+                regraph_bundle(path)
+            except (ExportError, BundleImportError) as exc:  # e.g. a converted bundle: convert it again
+                print(f"{path}: {exc}", file=sys.stderr)
+                return 2
             old, new = Translator(load_bundle(before)), Translator(load_bundle(path))
             sources = [p.text(old.manifest.source_lang) for p in dev]
             print(f"{path}: greedy tokens agree with the old decoder on {greedy_agreement(old, new, sources):.2%} "

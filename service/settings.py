@@ -30,10 +30,14 @@ class Settings(BaseSettings):
     batching: bool = True
     max_batch_size: int = Field(32, ge=1, description="texts decoded together at most")
     max_cohorts: int = Field(
-        4, ge=1, le=64, description="batches decoding at once, one step each in turn (a long one never blocks)"
+        4,
+        ge=1,
+        le=64,
+        description="batches decoding at once, one step each in turn: one per model, as new texts join it; "
+        "more for models whose decoder cannot take texts mid-decode (bundles from before continuous batching)",
     )
     max_queue_delay_ms: float = Field(
-        0.0, ge=0, description="extra wait for company; 0: texts that arrive while a batch runs form the next"
+        0.0, ge=0, description="extra wait for company; 0: texts that arrive while a batch runs join it"
     )
     max_queue: int = Field(
         256, ge=1, description="sentences waiting at most; more get 503 + Retry-After (and one request never more)"

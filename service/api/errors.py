@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.security import DEFAULT_HEADERS
 from service.engine.bundle import BundleInvalid
 from service.engine.errors import (
     CallerLeft,
@@ -131,7 +132,10 @@ async def on_internal_error(request: Request, exc: Exception) -> JSONResponse:
         exc_info=exc,
         extra={"event": "internal_error", "request_id": request_id, "method": request.method},
     )
-    headers = {"x-request-id": request_id} if request_id else None  # this answer bypasses the middleware
+    # this answer comes from Starlette's outermost handler, past our middleware: it adds their headers itself
+    headers = {k.decode(): v.decode() for k, v in DEFAULT_HEADERS.items()}
+    if request_id:
+        headers["x-request-id"] = request_id
     return error_response(500, "internal_error", f"internal error; quote request id {request_id}", headers=headers)
 
 

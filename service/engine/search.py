@@ -145,30 +145,33 @@ class Cohort(Generic[StateT]):
             return []
         tokens = np.concatenate([part.decode.tokens for part in self.parts])
         log_probs, attention, state = self.model.step(tokens, self.state)  # (N, V), (N, ..., S)
-        rows, start, changed = [], 0, False
-        for part in self.parts:
-            n = len(part.decode.tokens)
+
+        def advance(part: _Part, rows: slice) -> IntArray | None:
             if part.width is None:  # the source width it is encoded with: its first step's
                 part.width = attention.shape[-1]
-            seen = _fit(attention[start : start + n], part.width)
-            kept = part.decode.advance(log_probs[start : start + n], seen)
-            changed |= kept is not None
-            rows.append(np.arange(n) + start if kept is None else kept + start)
-            start += n
-        self._reorder(state, np.concatenate(rows) if changed else None)
+            return part.decode.advance(log_probs[rows], _fit(attention[rows], part.width))
+
+        self._reorder(state, self._each_part(advance))
         return self._finished()
 
     def drop(self, sentences: set[int]) -> None:
-        rows, start, changed = [], 0, False
+        def drop(part: _Part, rows: slice) -> IntArray | None:
+            mine = {s - part.first for s in sentences if part.first <= s < part.first + part.sentences}
+            return part.decode.drop(mine) if mine else None
+
+        self._reorder(self.state, self._each_part(drop))
+        self._prune()
+
+    def _each_part(self, act: Callable[[_Part, slice], IntArray | None]) -> IntArray | None:
+        """`act` on every part with its rows; the state rows that go on, over all parts (None: all)."""
+        kept_rows, start, changed = [], 0, False
         for part in self.parts:
             n = len(part.decode.tokens)
-            mine = {s - part.first for s in sentences if part.first <= s < part.first + part.sentences}
-            kept = part.decode.drop(mine) if mine else None
+            kept = act(part, slice(start, start + n))
             changed |= kept is not None
-            rows.append(np.arange(n) + start if kept is None else kept + start)
+            kept_rows.append(np.arange(n) + start if kept is None else kept + start)
             start += n
-        self._reorder(self.state, np.concatenate(rows) if changed else None)
-        self._prune()
+        return np.concatenate(kept_rows) if changed else None
 
     def join(self, other: Cohort[StateT]) -> int | None:
         """Take `other`'s sentences into this batch; the number of its first sentence here, or None

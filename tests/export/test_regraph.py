@@ -10,13 +10,17 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from export.bundle_writer import ExportError
+from export.convert_hf import ConvertOptions, convert_hf
 from export.graph_io import CACHE_AXIS, POSITIONS, FamilyIO, family_io
 from export.pipeline import ExportOptions, export_run
 from export.regraph import greedy_agreement, regraph_bundle
 from models.config import ModelConfig
+from service.engine.bundle import load_bundle
 from service.engine.manifest import TensorSpec
 from service.engine.tokenizer import Tokenizer
 from service.engine.translator import Translator
+from service.settings import DEFAULT_BUNDLES
 from tests.export.test_export_families import make_run
 from tests.support.synthetic import synthetic_pairs
 
@@ -69,3 +73,15 @@ def test_an_old_bundle_serves_and_regraphs_to_the_same_translations(
     sources = [en for en, _ in synthetic_pairs()[::7]]
     assert greedy_agreement(before, after, sources) == 1.0
     assert regraph_bundle(tmp_path / "new").manifest == new.manifest  # a second run changes nothing
+
+
+def test_regraph_leaves_an_rnn_alone_and_sends_a_converted_bundle_back_to_convert_hf(
+    marian_checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rnn = DEFAULT_BUNDLES / "en-zh-rnn"
+    assert regraph_bundle(rnn).manifest == load_bundle(rnn).manifest  # no KV cache: nothing to do
+    with monkeypatch.context() as patch:
+        patch.setattr("export.convert_hf.family_io", legacy_io)
+        convert_hf(marian_checkpoints["en-de"], tmp_path / "en-de", ConvertOptions("en", "de", target_token=">>deu<<"))
+    with pytest.raises(ExportError, match="convert-hf"):
+        regraph_bundle(tmp_path / "en-de")

@@ -180,6 +180,8 @@ def test_a_500_logs_its_traceback_with_the_request_id(
     request_id = response.headers["x-request-id"]
     assert request_id in response.json()["error"]["message"]
     assert "boom" not in response.text and "Traceback" not in response.text
+    assert response.headers["x-content-type-options"] == "nosniff"  # security headers on a 500 too
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
     [record] = internal_errors(caplog)  # the handler logs before it answers
     line = json.loads(JsonFormatter().format(record))
     assert line["request_id"] == request_id and line["level"] == "error"
