@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from models.config import ModelConfig, RNNConfig, TransformerConfig
-from service.engine.manifest import GraphSpec, StateSpec, TensorSpec
+from service.engine.manifest import CACHE_AXIS, POSITIONS, GraphSpec, StateSpec, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,6 @@ class FamilyIO:
 def t(name: str, dtype: str, *shape: int | str) -> TensorSpec:
     return TensorSpec(name=name, dtype=dtype, shape=list(shape))  # type: ignore[arg-type]
 
-
-POSITIONS = "positions"  # the decoder state input holding each row's position (service/engine/onnx_model.py)
-CACHE_AXIS = "cache_len"  # the KV cache's slot axis (export/invariant_quant.py pads it in order)
 
 SOURCE = [t("src_ids", "int64", "batch", "src_len"), t("src_pad_mask", "bool", "batch", "src_len")]
 

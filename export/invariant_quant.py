@@ -28,12 +28,14 @@ import numpy.typing as npt
 import onnx
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
+from service.engine.manifest import CACHE_AXIS, SOURCE_AXIS
+
 MS_DOMAIN = "com.microsoft"
 ROW_QUANT = "/row_quant"  # prefix of the constants per_row adds
 PAD_ROWS = "/pad_rows"  # prefix of the constants and tensors make_padding_invariant adds
-PADDED_AXIS = "src_len"  # the axis batching pads (export/graph_io.py names it)
+PADDED_AXIS = SOURCE_AXIS  # the axis batching pads
 # ... and a fixed-width KV cache's slot axis, whose unwritten slots are padding too
-PADDED_AXES = (PADDED_AXIS, "cache_len")
+PADDED_AXES = (PADDED_AXIS, CACHE_AXIS)
 
 
 class RewriteError(ValueError):

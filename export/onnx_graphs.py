@@ -15,11 +15,11 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from export.graph_io import POSITIONS, FamilyIO, dynamic_axes
+from export.graph_io import FamilyIO, dynamic_axes
 from export.invariant_quant import PADDED_AXES, make_padding_invariant
 from models.registry import Seq2Seq
 from models.transformer import Transformer
-from service.engine.manifest import GraphSpec
+from service.engine.manifest import POSITIONS, GraphSpec
 
 OPSET = 20
 SAMPLE_BATCH, SAMPLE_SRC_LEN, SAMPLE_PAST_LEN = 2, 5, 3  # sizes > 1, so no axis is specialised

@@ -25,13 +25,14 @@ from torch import nn
 
 from export.bundle_import import BundleImportError, GraphWeights, import_bundle
 from export.bundle_writer import ExportError, place, staging_dir, write_manifest
-from export.graph_io import POSITIONS, family_io
+from export.graph_io import family_io
 from export.onnx_graphs import export_graphs
 from export.quantize import quantize_graph
 from models.config import RunConfig, model_config_from_dict
 from models.data import default_corpus_path, read_corpus, split_corpus
 from models.transformer import Transformer
 from service.engine.bundle import Bundle, load_bundle
+from service.engine.manifest import POSITIONS
 from service.engine.translator import Translator
 
 

@@ -13,7 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
-Dim = int | str  # a fixed size, or a symbolic name: batch, src_len, past_len, present_len
+Dim = int | str  # a fixed size, or a symbolic name: batch, src_len, cache_len (past_len, present_len before)
+
+# The names the graphs and the engine agree on (export/graph_io.py writes them).
+SOURCE_AXIS = "src_len"  # the source axis, which batching pads
+CACHE_AXIS = "cache_len"  # a KV cache's slot axis: each row writes at its own position
+POSITIONS = "positions"  # the decoder state input holding each row's position
+LEGACY_CACHE_AXIS = "past_len"  # a cache that grows by one column a step: every row at the same position
 DType = Literal["int64", "float32", "bool"]
 # A language code as the bundle's maker wrote it: "en", "zh", "de", "cmn_Hans", "pt-BR"...
 LANGUAGE_CODE = r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$"

@@ -17,14 +17,17 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
-from service.engine.manifest import StateSpec, TensorSpec
+from service.engine.manifest import (
+    CACHE_AXIS,
+    LEGACY_CACHE_AXIS,
+    POSITIONS,
+    SOURCE_AXIS,
+    StateSpec,
+    TensorSpec,
+)
 from service.engine.search import FloatArray, IntArray, suppress
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
-POSITIONS = "positions"  # a state input holding each row's position: its cache is written in place
-CACHE_AXIS = "cache_len"  # the slot axis of such a cache
-SOURCE_AXIS = "src_len"
-LEGACY_CACHE_AXIS = "past_len"  # a cache that grows by one column a step: every row at the same position
 CACHE_CHUNK = 16  # slots added at a time: a copy of the cache every 16 steps, not every step
 
 

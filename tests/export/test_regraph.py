@@ -12,12 +12,12 @@ from onnx import numpy_helper
 
 from export.bundle_writer import ExportError
 from export.convert_hf import ConvertOptions, convert_hf
-from export.graph_io import CACHE_AXIS, POSITIONS, FamilyIO, family_io
+from export.graph_io import FamilyIO, family_io
 from export.pipeline import ExportOptions, export_run
 from export.regraph import greedy_agreement, regraph_bundle
 from models.config import ModelConfig
 from service.engine.bundle import load_bundle
-from service.engine.manifest import TensorSpec
+from service.engine.manifest import CACHE_AXIS, POSITIONS, TensorSpec
 from service.engine.tokenizer import Tokenizer
 from service.engine.translator import Translator
 from service.settings import DEFAULT_BUNDLES
