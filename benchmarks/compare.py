@@ -42,6 +42,7 @@ class Plan:
     cells: tuple[Cell, ...] = tuple(all_cells())
     engines: tuple[str, ...] = ENGINES
     all_settings: bool = True  # False: each engine's first thread setting only (harness checks)
+    settings: tuple[str, ...] = ()  # only these thread settings (by name); empty: as all_settings says
 
 
 def thread_settings(kind: str, precision: str, artifact: str) -> list[EngineSpec]:
@@ -164,6 +165,8 @@ def start_workers(plan: Plan, arts: Artifacts) -> dict[str, dict[str, list[Worke
         workers[kind] = {}
         for precision in ("fp32", "int8"):
             specs = thread_settings(kind, precision, arts.for_engine(kind, precision))
+            if plan.settings:
+                specs = [s for s in specs if s.setting in plan.settings]
             started = [Worker(spec) for spec in (specs if plan.all_settings else specs[:1])]
             for w in started:
                 if w.error:

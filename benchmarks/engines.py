@@ -72,10 +72,17 @@ class _NoEos:
 
 
 def _search(
-    model: StepModel[Any], state: Any, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int
+    model: StepModel[Any],
+    state: Any,
+    src_ids: list[list[int]],
+    beam: int,
+    fixed: int | None,
+    max_target: int,
+    bos: int = 2,
+    eos: int = 3,
 ) -> list[list[int]]:
-    """The service's own greedy/beam search, with the benchmark's length rule."""
-    eos, bos = 3, 2
+    """The service's own greedy/beam search, with the benchmark's length rule (our models' special
+    ids by default; a converted bundle's come from its manifest)."""
     if fixed is not None:
         model, lengths = _NoEos(model, eos), np.full(len(src_ids), fixed, dtype=np.int64)
     else:
@@ -121,13 +128,14 @@ class OrtEngine:
         bundle = load_bundle(Path(spec.artifact))
         config = SessionConfig(intra_op_threads=spec.intra_threads, inter_op_threads=1)
         self.models = [OnnxSeq2Seq(bundle, config) for _ in range(spec.inter_threads)]
+        self.bos, self.eos = bundle.manifest.special_ids.bos, bundle.manifest.special_ids.eos
 
     def translate(self, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int) -> list[list[int]]:
         from service.engine.translator import pad_ids  # noqa: PLC0415
 
         def one(model: Any, chunk: list[list[int]]) -> list[list[int]]:
             ids, mask = pad_ids(chunk)  # (B, S)
-            return _search(model, model.encode(ids, mask), chunk, beam, fixed, max_target)
+            return _search(model, model.encode(ids, mask), chunk, beam, fixed, max_target, self.bos, self.eos)
 
         return _parallel(self.models, src_ids, one)
 

@@ -20,9 +20,16 @@ def fixed_table(results: dict[str, Any]) -> str:
     for row in results["fixed_length"]:
         es = row["engines"]
         cells = [f"{es[e]['tokens_per_s']:.0f} ({es[e]['setting']})" for e in engines]
-        ratios = [f"{es[e].get('ratio_to_ct2', float('nan')):.2f}" for e in engines if e != "ct2"]
+        ratios = [_ratio(es[e]) for e in engines if e != "ct2"]
         rows.append([row["cell"], *cells, *ratios])
     return _table(header, rows)
+
+
+def _ratio(engine: dict[str, Any]) -> str:
+    """The median ratio to CTranslate2, with its range over the rounds."""
+    rounds = engine.get("ratio_to_ct2_rounds") or []
+    spread = f" ({min(rounds):.2f}–{max(rounds):.2f})" if len(rounds) > 1 else ""
+    return f"{engine.get('ratio_to_ct2', float('nan')):.2f}{spread}"
 
 
 def latency_table(results: dict[str, Any]) -> str:

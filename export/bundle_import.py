@@ -27,6 +27,7 @@ from service.engine.bundle import load_bundle
 from service.engine.tokenizer import Tokenizer
 
 PREFIX = "model."  # the graph wrappers hold the model as `self.model`
+FUSED = ("q_proj", "k_proj", "v_proj")  # in the order step_graph fuses them
 MAX_HOPS = 6  # Add <- Mul <- Mul <- Cast <- MatMulInteger <- weight, with slack
 
 
@@ -129,9 +130,25 @@ def _find(graphs: list[GraphWeights], key: str, shape: tuple[int, ...]) -> np.nd
         array = graph.tensor(PREFIX + key)
         if array is not None and array.shape == shape:
             return array
+        array = _written(graph, key)
+        if array is not None and array.shape == shape:
+            return array
     if key.endswith(".weight") and len(shape) == 2:
         for graph in graphs:
             array = graph.linear_weight(PREFIX + key.removesuffix(".weight") + ".bias", shape)
             if array is not None:
                 return array
     return None
+
+
+def _written(graph: GraphWeights, key: str) -> np.ndarray | None:
+    """A parameter as export/step_graph.py stores it: a Linear's weight transposed (`.weight_t`), and
+    the self-attention's q, k and v projections fused along the output axis (`qkv_proj`)."""
+    module, _, kind = key.rpartition(".")
+    suffix = "weight_t" if kind == "weight" else kind
+    array = graph.tensor(f"{PREFIX}{module}.{suffix}")
+    if array is None and module.endswith(FUSED):
+        fused = graph.tensor(f"{PREFIX}{module.removesuffix(module[-6:])}qkv_proj.{suffix}")  # (H, 3H) or (3H,)
+        if fused is not None:
+            array = np.split(fused, 3, axis=-1)[FUSED.index(module[-6:])]
+    return None if array is None else (array.T if kind == "weight" else array)

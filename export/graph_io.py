@@ -52,7 +52,8 @@ def _transformer(cfg: TransformerConfig) -> FamilyIO:
     # decode_step_at), so sentences can join a batch mid-decode; the service widens it as rows grow.
     kvs = [(kv, i) for i in range(L) for kv in ("key", "value")]
     past = [t(f"past_{kv}.{i}", "float32", "batch", N, CACHE_AXIS, D) for kv, i in kvs]
-    present = [t(f"present_{kv}.{i}", "float32", "batch", N, CACHE_AXIS, D) for kv, i in kvs]
+    # only this step's keys and values: the runtime writes them into the cache at each row's position
+    present = [t(f"step_{kv}.{i}", "float32", "batch", N, D) for kv, i in kvs]
     positions, next_positions = t(POSITIONS, "int64", "batch"), t(f"next_{POSITIONS}", "int64", "batch")
     encoder = GraphSpec(
         file="encoder.onnx",
@@ -70,9 +71,10 @@ def _transformer(cfg: TransformerConfig) -> FamilyIO:
             *present,
         ],
     )
-    state = [
-        StateSpec(input=p.name, output=q.name, batch_axis=0, init="empty")
-        for p, q in zip([positions, *past], [next_positions, *present], strict=True)
+    state = [StateSpec(input=POSITIONS, output=next_positions.name, batch_axis=0, init="empty")]
+    state += [
+        StateSpec(input=p.name, output=q.name, batch_axis=0, init="empty", write="slot")
+        for p, q in zip(past, present, strict=True)
     ]
     return FamilyIO(encoder, decoder, state, [s.name for s in statics])
 

@@ -308,10 +308,10 @@ def _pad_single_row_matmuls(graph: onnx.GraphProto, shapes: Shapes, padded_axis:
     }
     if targets:
         _add_pad_constants(Graph(graph))
-        _replace_nodes(graph, [m for n in graph.node for m in (_two_rows(n) if n.output[0] in targets else [n])])
+        _replace_nodes(graph, [m for n in graph.node for m in (two_rows(n) if n.output[0] in targets else [n])])
 
 
-def _two_rows(matmul: NodeProto) -> list[NodeProto]:
+def two_rows(matmul: NodeProto) -> list[NodeProto]:
     a, b, y, p = matmul.input[0], matmul.input[1], matmul.output[0], PAD_ROWS
     return [
         helper.make_node("Slice", [a, f"{p}/0", f"{p}/1", f"{p}/-2"], [f"{y}{p}/first"]),  # (..., 1, S)
@@ -357,9 +357,14 @@ def _sum_by_matmul(reduce_sum: NodeProto) -> list[NodeProto]:
     return nodes
 
 
+def pad_constants() -> dict[str, npt.NDArray[np.generic]]:
+    """The constants `two_rows` reads, by name."""
+    return {f"{PAD_ROWS}/{value}": np.array([value], np.int64) for value in (0, 1, -1, -2)}
+
+
 def _add_pad_constants(g: Graph, ones: bool = False) -> None:
-    for value in (0, 1, -1, -2):
-        g.add_constant(f"{PAD_ROWS}/{value}", np.array([value], np.int64))
+    for name, value in pad_constants().items():
+        g.add_constant(name, value)
     if ones:
         g.add_constant(f"{PAD_ROWS}/ones", np.ones((1, 1, 1), np.float32))
 

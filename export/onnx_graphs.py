@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from export.graph_io import FamilyIO, dynamic_axes
 from export.invariant_quant import PADDED_AXES, make_padding_invariant
+from export.step_graph import decoder_step_graph
 from models.registry import Seq2Seq
 from models.transformer import Transformer
 from service.engine.manifest import POSITIONS, GraphSpec
@@ -61,6 +62,10 @@ class DecoderGraph(nn.Module):
             assert isinstance(self.model, Transformer)
             positions = state.pop(POSITIONS)
             out = self.model.decode_step_at(prev_tokens, positions, statics, src_pad_mask, state)
+            rows = torch.arange(len(positions))
+            for spec in self.io.state:  # the graph returns only the step's entry of an in-place cache
+                if spec.write == "slot":
+                    out.state[spec.input] = out.state[spec.input][rows, :, positions]  # (B, N, D)
             out.state[POSITIONS] = positions + 1
         else:
             out = self.model.decode_step(prev_tokens, statics, src_pad_mask, state)
@@ -108,8 +113,11 @@ def sample_inputs(model: Seq2Seq, io: FamilyIO) -> tuple[tuple[Tensor, ...], tup
     return (src_ids, src_pad_mask), (prev_tokens, src_pad_mask, *statics, *state)
 
 
-def export_graphs(model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSET) -> dict[str, Path]:
-    """Write encoder.onnx and decoder.onnx into out_dir and check them; returns their paths."""
+def export_graphs(
+    model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSET, fuse_qkv: bool = True
+) -> dict[str, Path]:
+    """Write encoder.onnx and decoder.onnx into out_dir and check them; returns their paths.
+    A Transformer's decoder step is written op by op (export/step_graph.py), the rest traced."""
     model.eval()
     encoder_args, decoder_args = sample_inputs(model, io)
     paths = {}
@@ -118,6 +126,12 @@ def export_graphs(model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSE
         (io.decoder, DecoderGraph(model, io).eval(), decoder_args),
     ):
         path = out_dir / graph.file
+        if graph is io.decoder and isinstance(model, Transformer) and POSITIONS in {s.input for s in io.state}:
+            with torch.no_grad():  # written op by op: a quarter of the traced graph's nodes
+                onnx.save(decoder_step_graph(model, io, opset, fuse_qkv), str(path))
+            _finish(path, graph)
+            paths[graph.file] = path
+            continue
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
             torch.onnx.export(
@@ -131,15 +145,20 @@ def export_graphs(model: Seq2Seq, io: FamilyIO, out_dir: Path, opset: int = OPSE
                 dynamo=False,
             )
         model.eval()  # the exporter restores the wrapper's mode onto the model afterwards; keep it in eval
-        exported = onnx.load(str(path))
-        stamp_declared_shapes(exported, graph)
-        # sums over the padded source, and over the cache's unwritten slots, add in order: batch-invariant
-        for axis in PADDED_AXES:
-            make_padding_invariant(exported, axis)
-        onnx.save(exported, str(path))
-        onnx.checker.check_model(str(path), full_check=True)
+        _finish(path, graph)
         paths[graph.file] = path
     return paths
+
+
+def _finish(path: Path, spec: GraphSpec) -> None:
+    """Declared shapes stamped, sums over padding made to add in order, the graph checked."""
+    exported = onnx.load(str(path))
+    stamp_declared_shapes(exported, spec)
+    # sums over the padded source, and over the cache's unwritten slots, add in order: batch-invariant
+    for axis in PADDED_AXES:
+        make_padding_invariant(exported, axis)
+    onnx.save(exported, str(path))
+    onnx.checker.check_model(str(path), full_check=True)
 
 
 def stamp_declared_shapes(model: onnx.ModelProto, spec: GraphSpec) -> None:

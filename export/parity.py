@@ -19,8 +19,8 @@ from export.onnx_graphs import DecoderGraph, EncoderGraph, initial_state
 from models.batching import pad
 from models.decoding import translate_ids
 from models.registry import Seq2Seq
-from service.engine.manifest import Parity
-from service.engine.onnx_model import OnnxSeq2Seq, OnnxState
+from service.engine.manifest import CACHE_AXIS, POSITIONS, Parity, StateSpec
+from service.engine.onnx_model import OnnxSeq2Seq, OnnxState, write_slots
 from service.engine.search import best_in_length_order
 from service.engine.tokenizer import BOS_ID, Tokenizer
 from service.engine.translator import Translator
@@ -97,7 +97,7 @@ def tier1_outputs(model: Seq2Seq, io: FamilyIO, onnx_model: OnnxSeq2Seq, src_ids
         feeds = OnnxState(
             mask.numpy(),
             {n: s.numpy() for n, s in zip(io.statics, statics, strict=True)},
-            {s.input: x.numpy() for s, x in zip(io.state, state, strict=True)},
+            {s.input: x.numpy().copy() for s, x in zip(io.state, state, strict=True)},  # a cache is written in place
         )
         out_onnx, _ = onnx_model.run_step(tokens.numpy(), feeds)  # fed PyTorch's state: no compounding
         for spec, b in zip(io.decoder.outputs, out_torch, strict=True):
@@ -105,8 +105,18 @@ def tier1_outputs(model: Seq2Seq, io: FamilyIO, onnx_model: OnnxSeq2Seq, src_ids
             diffs[key] = max(diffs.get(key, 0.0), _diff(out_onnx[spec.name], b))
         named = dict(zip((t.name for t in io.decoder.outputs), out_torch, strict=True))
         tokens = named["log_probs"].argmax(-1)
-        state = [named[s.output] for s in io.state]
+        state = [_next(s, x, named[s.output], feeds, io) for s, x in zip(io.state, state, strict=True)]
     return diffs
+
+
+def _next(spec: StateSpec, before: torch.Tensor, output: torch.Tensor, feeds: OnnxState, io: FamilyIO) -> torch.Tensor:
+    """PyTorch's state for the next step: its output, or its cache with the step's entry written."""
+    if spec.write != "slot":
+        return output
+    cache = before.clone()
+    slot_axis = io.decoder.input(spec.input).shape.index(CACHE_AXIS)
+    write_slots(cache.numpy(), feeds.state[POSITIONS], output.numpy(), spec.batch_axis, slot_axis)
+    return cache
 
 
 def greedy_ids(

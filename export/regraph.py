@@ -1,4 +1,5 @@
-"""Give a Transformer bundle the decoder that continuous batching needs (issue 16), in place.
+"""Give a Transformer bundle today's decoder, in place: the one continuous batching needs (issue 16),
+written op by op (issue 17, export/step_graph.py).
 
 `python -m export.regraph bundles/en-zh [...]`. Bundles exported before it have a decoder whose
 KV cache grows by one column a step, so every row of a batch must be at the same step and a new
@@ -20,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from torch import nn
 
@@ -28,11 +30,11 @@ from export.bundle_writer import ExportError, place, staging_dir, write_manifest
 from export.graph_io import family_io
 from export.onnx_graphs import export_graphs
 from export.quantize import quantize_graph
+from export.step_graph import GRAPH_NAME
 from models.config import RunConfig, model_config_from_dict
 from models.data import default_corpus_path, read_corpus, split_corpus
 from models.transformer import Transformer
 from service.engine.bundle import Bundle, load_bundle
-from service.engine.manifest import POSITIONS
 from service.engine.translator import Translator
 
 
@@ -40,8 +42,10 @@ def regraph_bundle(bundle_dir: Path) -> Bundle:
     """Rewrite `bundle_dir`'s decoder (atomically, checksums rewritten); a no-op when it needs none."""
     bundle = load_bundle(bundle_dir)
     m = bundle.manifest
-    if POSITIONS in {s.input for s in m.state} or m.architecture.family != "transformer":
-        return bundle  # the new decoder already, or an RNN: no KV cache, rows join as they are
+    if m.architecture.family != "transformer":
+        return bundle  # an RNN: no KV cache, rows join as they are
+    if any(s.write == "slot" for s in m.state) and written(bundle.file(m.graphs.decoder.file)):
+        return bundle  # the decoder of today already
     if m.tokenizers.kind != "sentencepiece":  # its weights are the checkpoint's: convert from that again
         raise ExportError(f"{bundle_dir}: a converted bundle; run `attention-mt convert-hf` on its checkpoint again")
     checkpoint = import_bundle(bundle_dir, RunConfig(model=model_config_from_dict(dict(m.architecture.config))))
@@ -53,7 +57,8 @@ def regraph_bundle(bundle_dir: Path) -> Bundle:
     staged = staging_dir(bundle_dir)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            fp32 = export_graphs(model, io, Path(tmp))[io.decoder.file]
+            # an int8 bundle keeps its int8 values: q, k and v fused would share one scale
+            fp32 = export_graphs(model, io, Path(tmp), fuse_qkv=m.quantization.mode != "int8")[io.decoder.file]
             if m.quantization.mode == "int8":
                 quantize_graph(fp32, staged / io.decoder.file)
             else:
@@ -68,6 +73,11 @@ def regraph_bundle(bundle_dir: Path) -> Bundle:
         return place(staged, bundle_dir, force=True)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+
+
+def written(decoder: Path) -> bool:
+    """Whether a decoder graph is export/step_graph.py's (not traced by torch.onnx.export)."""
+    return onnx.load(str(decoder), load_external_data=False).graph.name == GRAPH_NAME
 
 
 def _untie_output(model: Transformer, decoder: Path) -> None:

