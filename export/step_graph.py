@@ -1,11 +1,15 @@
 """The Transformer's decoder step, written directly as an ONNX graph (issue 17).
 
-The traced step graph (torch.onnx.export of `Transformer.decode_step_at`) had 430 nodes, over 150
-of them shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat -> Reshape for every head split),
-and onnxruntime pays a dispatch for each one every step. Here a step is one token per row, so
-every activation is 2-D (B, H) and every head split is a Reshape by a constant: the graph has the
-same inputs, outputs and arithmetic (the same ops in the same order, so the same float results)
-and about a quarter of the nodes. The self-attention's Q, K and V projections are one MatMul.
+The traced step graph (torch.onnx.export of `Transformer.decode_step_at`) had 469 nodes fp32, most
+of them shape arithmetic around each head split. Here a step is one token per row, so every
+activation is 2-D (B, H) and every head split is a Reshape by a constant: 164 nodes (int8: 716 ->
+420 with the per-row quantization ops). That bought 1.10x at batch 1 and nothing at 32
+(docs/benchmarks.md): onnxruntime's dispatch was not the cost. What did pay is the KV cache: the
+step reads the cache and returns only its own keys and values, (B, N, D) a layer, which the
+runtime writes in place (manifest `StateSpec.write = "slot"`), where the traced step copied every
+layer's whole cache each step to write one slot. The step's own slot is attended to apart from
+the cache and summed last, so results match PyTorch's to rounding (~5e-6 in log-probs), not bit
+for bit. The self-attention's Q, K and V projections are one MatMul unless kept apart.
 
 Initializers keep the model's parameter names, so `import-bundle` can read them back: a Linear's
 weight is stored as its transpose, named `<linear>.weight_t` (in, out), the fused projection as
@@ -117,11 +121,11 @@ def decoder_step_graph(model: Transformer, io: FamilyIO, opset: int, fuse_qkv: b
         list(b.inits.values()),
     )
     opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="attention-mt")
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="attention-mt")
     # the IR version the opset needs, as the traced graphs have, not the newest this onnx writes:
     # an older onnxruntime (the container's pin, a user's) refuses IR versions it does not know
-    model.ir_version = helper.find_min_ir_version_for(opsets)
-    return model
+    proto.ir_version = helper.find_min_ir_version_for(opsets)
+    return proto
 
 
 def _embed(b: _Builder, model: Transformer) -> str:

@@ -107,6 +107,14 @@ def test_graph_io_disagreeing_with_the_manifest(bundle: Path) -> None:
     )
 
 
+def test_a_slot_write_on_a_state_without_a_cache_axis(bundle: Path) -> None:
+    def slot(doc: dict) -> None:
+        doc["state"][0]["write"] = "slot"  # positions (or an RNN's hidden state): nowhere to write a slot
+
+    edit_manifest(bundle, slot)
+    refused(bundle, "write 'slot' needs a cache_len axis")
+
+
 def test_an_unreadable_graph_with_a_matching_checksum(bundle: Path) -> None:
     (bundle / "decoder.onnx").write_bytes(b"not an onnx graph")
     doc = json.loads((bundle / "manifest.json").read_text())
