@@ -188,8 +188,7 @@ def run_benchmark(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     print(f"machine: {machine}", flush=True)
     workers = start_workers(plan, arts)
     try:
-        n_fixed = max(sentences_for(c, plan.batch1_sentences, plan.batch32_calls) for c in plan.cells)
-        fixed = fixed_sources(ckpt.src_tokenizer, texts, n_fixed, plan.fixed_length)
+        fixed = fixed_sources(ckpt.src_tokenizer, texts, sentences_needed(plan), plan.fixed_length)
         cells, chosen = run_cells(plan, workers, fixed)
         real = real_sources(ckpt.src_tokenizer, texts[: plan.real_sentences], data.max_src_tokens)
         refs = [p.text(data.target) for p in test[: plan.real_sentences]]
@@ -208,13 +207,10 @@ def run_benchmark(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
             "roofline": roofline(cells, asdict(ckpt.config.model), machine, plan.fixed_length),
             "step_ms_by_position": step_time_by_position(arts.ort_fp32, _positions(ckpt.config.model)),
             "tokens_per_s_by_source_length": by_length,
-            "peak_rss_mb": _rss(workers),
+            "peak_rss_mb": peak_rss(workers),
         }
     finally:
-        for kinds in workers.values():
-            for ws in kinds.values():
-                for w in ws:
-                    w.close()
+        close_workers(workers)
     save(results, args.out)
     if args.markdown:
         write_markdown(args.markdown, results)
@@ -225,7 +221,19 @@ def _positions(model: Any) -> tuple[int, ...]:
     return tuple(p for p in (8, 32, 64, 128) if p <= getattr(model, "max_positions", 128))
 
 
-def _rss(workers: dict[str, dict[str, list[Worker]]]) -> dict[str, dict[str, float]]:
+def sentences_needed(plan: Plan) -> int:
+    """Fixed-length sources enough for the largest cell's timed round."""
+    return max(sentences_for(c, plan.batch1_sentences, plan.batch32_calls) for c in plan.cells)
+
+
+def close_workers(workers: dict[str, dict[str, list[Worker]]]) -> None:
+    for kinds in workers.values():
+        for ws in kinds.values():
+            for w in ws:
+                w.close()
+
+
+def peak_rss(workers: dict[str, dict[str, list[Worker]]]) -> dict[str, dict[str, float]]:
     every = [w for kinds in workers.values() for ws in kinds.values() for w in ws]
     return {
         f"{w.spec.label}/{w.spec.setting}": {"peak": round(w.peak_rss_mb, 1), "interpreter": round(w.base_rss_mb, 1)}

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.artifacts import Artifacts
-from benchmarks.compare import Plan, _rss, run_cells, save, start_workers
+from benchmarks.compare import Plan, close_workers, peak_rss, run_cells, save, sentences_needed, start_workers
 from benchmarks.report import fixed_table, rss_table
 
 SETTINGS = ("intra1", "split2x1", "dnnl-intra2", "dnnl-inter2x1")
@@ -69,14 +69,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arts = build_marian_artifacts(args.checkpoint, args.work or args.checkpoint.parent / "bench")
     workers = start_workers(plan, arts)
     try:
-        sources = marian_sources(arts, max(plan.batch1_sentences, 32 * plan.batch32_calls), plan.fixed_length)
+        sources = marian_sources(arts, sentences_needed(plan), plan.fixed_length)
         cells, _ = run_cells(plan, workers, sources)
-        results = {"checkpoint": str(args.checkpoint), "fixed_length": cells, "peak_rss_mb": _rss(workers)}
+        results = {"checkpoint": str(args.checkpoint), "fixed_length": cells, "peak_rss_mb": peak_rss(workers)}
     finally:
-        for kinds in workers.values():
-            for ws in kinds.values():
-                for w in ws:
-                    w.close()
+        close_workers(workers)
     save(results, args.out)
     print(fixed_table(results), rss_table(results), sep="\n\n")
     return results

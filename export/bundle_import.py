@@ -147,8 +147,9 @@ def _written(graph: GraphWeights, key: str) -> np.ndarray | None:
     module, _, kind = key.rpartition(".")
     suffix = "weight_t" if kind == "weight" else kind
     array = graph.tensor(f"{PREFIX}{module}.{suffix}")
-    if array is None and module.endswith(FUSED):
-        fused = graph.tensor(f"{PREFIX}{module.removesuffix(module[-6:])}qkv_proj.{suffix}")  # (H, 3H) or (3H,)
+    attention, _, projection = module.rpartition(".")
+    if array is None and projection in FUSED:
+        fused = graph.tensor(f"{PREFIX}{attention}.qkv_proj.{suffix}")  # (H, 3H) or (3H,)
         if fused is not None:
-            array = np.split(fused, 3, axis=-1)[FUSED.index(module[-6:])]
+            array = np.split(fused, 3, axis=-1)[FUSED.index(projection)]
     return None if array is None else (array.T if kind == "weight" else array)

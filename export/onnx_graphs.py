@@ -127,7 +127,7 @@ def export_graphs(
     ):
         path = out_dir / graph.file
         if graph is io.decoder and isinstance(model, Transformer) and POSITIONS in {s.input for s in io.state}:
-            with torch.no_grad():  # written op by op: a quarter of the traced graph's nodes
+            with torch.no_grad():  # written op by op: a third of the traced graph's nodes
                 onnx.save(decoder_step_graph(model, io, opset, fuse_qkv), str(path))
             _finish(path, graph)
             paths[graph.file] = path

@@ -175,7 +175,7 @@ def _decoder_layer(
     h = b.layer_norm(x, layer.norm2, f"{p}.norm2") if layer.pre else x
     q = b.op("Reshape", [b.linear(h, layer.cross_attn.q_proj, f"{p}.cross_attn.q_proj", f"/{p}/cross/q"),
                          "/shape/heads"], f"/{p}/cross/q_heads")  # fmt: skip
-    out, cross_weights = _attend(
+    out, cross_weights = _cross_attend(
         b, layer.cross_attn, f"{p}.cross_attn", q, f"cross_key.{i}", f"cross_value.{i}", cross_blocked
     )
     x = _residual(b, layer, layer.norm2, f"{p}.norm2", x, out)
@@ -202,19 +202,14 @@ def _qkv(b: _Builder, attn: MultiHeadAttention, name: str, h: str, fuse: bool) -
     return q, k, v
 
 
-def _attend(b: _Builder, attn: MultiHeadAttention, name: str, q: str, k: str, v: str, blocked: str) -> tuple[str, str]:
-    """softmax(q k^T / sqrt(D), masked) v, projected: (B, H), and the weights (B, 1, N, X)."""
+def _cross_attend(
+    b: _Builder, attn: MultiHeadAttention, name: str, q: str, k: str, v: str, blocked: str
+) -> tuple[str, str]:
+    """softmax(q k^T / sqrt(D), masked) v over the source, projected: (B, H), and the weights (B, 1, N, S)."""
     p = f"/{name}"
-    k_t = b.op("Transpose", [k], f"{p}/k_t", perm=[0, 1, 3, 2])  # (B, N, D, X): fused into the MatMul
-    scores = b.op("Div", [b.op("MatMul", [q, k_t], f"{p}/qk"), "/scale"], f"{p}/scores")  # (B, N, 1, X)
-    scores = b.op("Where", [blocked, "/-inf", scores], f"{p}/masked")
-    weights = b.op("Softmax", [scores], f"{p}/weights", axis=-1)
-    # two rows, the second dropped: onnxruntime's one-row kernel would sum over padding out of order
-    mixed = f"{p}/mixed"
-    b.nodes.extend(two_rows(helper.make_node("MatMul", [weights, v], [mixed])))  # (B, N, 1, D)
-    rows = b.op("Reshape", [mixed, "/shape/rows"], f"{p}/concat_heads")  # (B, H)
-    out = b.linear(rows, attn.out_proj, f"{name}.out_proj", f"{p}/out")
-    return out, b.op("Reshape", [weights, "/shape/per_layer"], f"{p}/weights_by_layer")
+    k_t = b.op("Transpose", [k], f"{p}/k_t", perm=[0, 1, 3, 2])  # (B, N, D, S): fused into the MatMul
+    weights = _softmax(b, p, b.op("MatMul", [q, k_t], f"{p}/qk"), blocked)  # (B, N, 1, S)
+    return _project(b, attn, name, _mixed(b, f"{p}/mixed", weights, v), weights)
 
 
 def _self_attend(
@@ -229,18 +224,33 @@ def _self_attend(
     past_scores = b.op("MatMul", [q, past_t], f"{p}/past_qk")  # (B, N, 1, P)
     own_t = b.op("Transpose", [k], f"{p}/own_t", perm=[0, 1, 3, 2])  # (B, N, D, 1)
     own_score = b.op("MatMul", [q, own_t], f"{p}/own_qk")  # (B, N, 1, 1)
-    scores = b.op("Where", [own, own_score, past_scores], f"{p}/qk")
-    scores = b.op("Div", [scores, "/scale"], f"{p}/scores")
-    weights = b.op("Softmax", [b.op("Where", [later, "/-inf", scores], f"{p}/masked")], f"{p}/weights", axis=-1)
+    weights = _softmax(b, p, b.op("Where", [own, own_score, past_scores], f"{p}/qk"), later)  # (B, N, 1, P)
     own_weight = b.op("ReduceSum", [b.op("Mul", [weights, own_float], f"{p}/own_only"), "/axes/-1"],
                       f"{p}/own_weight", keepdims=1)  # fmt: skip  # (B, N, 1, 1): one term, exact
     past_weights = b.op("Where", [own, "/zero_f", weights], f"{p}/past_weights")
-    mixed = f"{p}/past_mixed"  # two rows, the second dropped: in-order sums over the padded slots
-    b.nodes.extend(two_rows(helper.make_node("MatMul", [past_weights, f"past_value.{i}"], [mixed])))
+    mixed = _mixed(b, f"{p}/past_mixed", past_weights, f"past_value.{i}")
     mixed = b.op("Add", [mixed, b.op("Mul", [own_weight, v], f"{p}/own_mixed")], f"{p}/mixed")  # (B, N, 1, D)
-    rows = b.op("Reshape", [mixed, "/shape/rows"], f"{p}/concat_heads")  # (B, H)
-    out = b.linear(rows, attn.out_proj, f"{name}.out_proj", f"{p}/out")
-    return out, b.op("Reshape", [weights, "/shape/per_layer"], f"{p}/weights_by_layer")
+    return _project(b, attn, name, mixed, weights)
+
+
+def _softmax(b: _Builder, p: str, qk: str, blocked: str) -> str:
+    """Attention weights from raw scores (B, N, 1, X): scaled as PyTorch does, blocked slots -inf."""
+    scores = b.op("Div", [qk, "/scale"], f"{p}/scores")
+    return b.op("Softmax", [b.op("Where", [blocked, "/-inf", scores], f"{p}/masked")], f"{p}/weights", axis=-1)
+
+
+def _mixed(b: _Builder, out: str, weights: str, values: str) -> str:
+    """weights (B, N, 1, X) @ values (B, N, X, D) with two rows, the second dropped: onnxruntime's
+    one-row kernel would sum over the padded X out of order (export/invariant_quant.py)."""
+    b.nodes.extend(two_rows(helper.make_node("MatMul", [weights, values], [out])))
+    return out
+
+
+def _project(b: _Builder, attn: MultiHeadAttention, name: str, mixed: str, weights: str) -> tuple[str, str]:
+    """Heads (B, N, 1, D) concatenated and projected: (B, H); the weights as (B, 1, N, X) for the outputs."""
+    rows = b.op("Reshape", [mixed, "/shape/rows"], f"/{name}/concat_heads")  # (B, H)
+    out = b.linear(rows, attn.out_proj, f"{name}.out_proj", f"/{name}/out")
+    return out, b.op("Reshape", [weights, "/shape/per_layer"], f"/{name}/weights_by_layer")
 
 
 def _residual(b: _Builder, layer: DecoderLayer, norm: nn.Module, name: str, x: str, out: str) -> str:

@@ -124,11 +124,12 @@ class OnnxSeq2Seq:
                      for name, spec in inputs.items()}  # fmt: skip
         self.slotted = POSITIONS in state_inputs
         self.slot_axis = {name: i for name in state_inputs for i, d in self.axes[name] if d == CACHE_AXIS}
-        unwritable = [s.input for s in self.state_specs if s.write == "slot" and (s.input not in self.slot_axis
-                                                                                  or not self.slotted)]  # fmt: skip
-        if unwritable:  # a slot is written at each row's position, on the cache axis
-            raise BundleInvalid(bundle.path, [f"state {n}: write 'slot' needs a {CACHE_AXIS} axis and {POSITIONS}"
-                                              for n in unwritable])  # fmt: skip
+        # a slot is written at each row's position (POSITIONS), on the cache axis
+        unwritable = [s.input for s in self.state_specs if s.write == "slot"
+                      and not (self.slotted and s.input in self.slot_axis)]  # fmt: skip
+        if unwritable:
+            need = f"write 'slot' needs a {CACHE_AXIS} axis and {POSITIONS}"
+            raise BundleInvalid(bundle.path, [f"state {name}: {need}" for name in unwritable])
         # sentences can join a running batch unless rows share one position (a cache that grows by concat)
         self.joinable = not any(d == LEGACY_CACHE_AXIS for s in state_inputs for _, d in self.axes[s])
         special, search = bundle.manifest.special_ids, bundle.manifest.search
