@@ -123,10 +123,22 @@ class DataConfig:
     max_src_tokens: int = 64  # longer training pairs are dropped; also the model's input limit
     max_tgt_tokens: int = 64
     name_augmentation: float = 0.0  # share of Tom/Mary training pairs copied with another name (models/augment.py)
+    # Add the real-text pairs' training split (news and health, ../shared/data/news-zh-en; its dev
+    # and test splits stay held out): the path comes from $ATTENTION_MT_REAL_TEXT or the default.
+    real_text: bool = False
+    # One SentencePiece vocabulary for both languages (src_vocab_size pieces, trained on both
+    # sides), so names, numbers and Latin words are the same pieces on both sides and a model
+    # can share (tie) its embeddings (model.share_embeddings).
+    joint_vocab: bool = False
 
     def __post_init__(self) -> None:
         if {self.source, self.target} != set(LANGUAGES):
             raise ConfigError(f"data.source/target must be en and zh in some order, got {self.source}->{self.target}")
+        if self.joint_vocab and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError(
+                f"data.joint_vocab needs one size: src_vocab_size {self.src_vocab_size} != tgt_vocab_size "
+                f"{self.tgt_vocab_size}"
+            )
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,12 @@ class TrainConfig:
     dev_sentences: int = 500  # dev pairs decoded for BLEU each epoch (0 = all)
     checkpoint_every: int = 200  # steps between mid-epoch checkpoints
     log_every: int = 50  # steps between plain log lines when not on a TTY
+    # Guided alignment (models/guided.py): the weight of the loss that pulls one cross-attention
+    # head towards eflomal word alignments; 0 turns it off. Layer and head index the model's
+    # (layer, head) cross-attention; negative layers count from the last.
+    guided_alignment: float = 0.0
+    guided_layer: int = -1
+    guided_head: int = 0
 
 
 @dataclass(frozen=True)

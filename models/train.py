@@ -8,6 +8,7 @@ after `patience` epochs without improvement, and exact resume from `last.pt`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -23,12 +24,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.alignments import Link, align
 from models.augment import augment_names
 from models.batching import make_batches, pad
 from models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from models.config import RunConfig, TransformerConfig
-from models.data import Pair, default_corpus_path, file_sha256, read_corpus, split_corpus
+from models.config import RunConfig, TrainConfig, TransformerConfig
+from models.data import (
+    Pair,
+    default_corpus_path,
+    default_real_text_path,
+    file_sha256,
+    read_corpus,
+    split_corpus,
+    split_real_text,
+)
 from models.decoding import translate_texts
+from models.guided import alignment_targets, guided_loss
 from models.metrics import score
 from models.progress import Progress
 from models.registry import Seq2Seq, build_model, count_parameters
@@ -48,19 +59,40 @@ class TrainData:
     tgt_ids: list[list[int]]  # with EOS
     dev: list[Pair]
     corpus: Path
-    corpus_sha256: str
+    corpus_sha256: str  # with real text: of both files together
     dropped: int  # training pairs over the length limits
+    links: list[list[Link]] | None = None  # per training pair, for guided alignment
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def prepare_data(config: RunConfig, corpus: Path, tokenizers: tuple[Tokenizer, Tokenizer] | None) -> TrainData:
-    """Read and split the corpus, train (or reuse) tokenizers, encode and filter the training split."""
+def _training_pairs(config: RunConfig, corpus: Path) -> tuple[list[Pair], list[Pair], str]:
+    """(train, dev, data hash): Tatoeba's train split, name-augmented, and the real-text train
+    split when asked; dev stays Tatoeba's (the real-text dev split chooses search settings)."""
     data = config.data
     splits = split_corpus(read_corpus(corpus))
     train = splits["train"] + augment_names(splits["train"], data.name_augmentation, config.train.seed)
+    digest = file_sha256(corpus)
+    if data.real_text:
+        real_path = default_real_text_path()
+        train += split_real_text(read_corpus(real_path))["train"]
+        digest = hashlib.sha256(f"{digest}+{file_sha256(real_path)}".encode()).hexdigest()
+    return train, splits["dev"], digest
+
+
+def prepare_data(
+    config: RunConfig, corpus: Path, tokenizers: tuple[Tokenizer, Tokenizer] | None, cache_dir: Path | None = None
+) -> TrainData:
+    """Read and split the corpus, train (or reuse) tokenizers, encode and filter the training
+    split, and align it when the run is guided."""
+    data = config.data
+    train, dev, digest = _training_pairs(config, corpus)
+    if tokenizers is None and data.joint_vocab:
+        # Chinese's character coverage: the joint model must keep nearly all Chinese characters.
+        joint = train_tokenizer([p.en for p in train] + [p.zh for p in train], "zh", data.src_vocab_size)
+        tokenizers = (joint, joint)
     if tokenizers is None:
         tokenizers = (
             train_tokenizer([p.text(data.source) for p in train], data.source, data.src_vocab_size),
@@ -74,15 +106,22 @@ def prepare_data(config: RunConfig, corpus: Path, tokenizers: tuple[Tokenizer, T
         for i in range(len(train))
         if len(src_all[i]) <= data.max_src_tokens and len(tgt_all[i]) <= data.max_tgt_tokens
     ]
+    src_ids, tgt_ids = [src_all[i] for i in keep], [tgt_all[i] for i in keep]
+    links = None
+    if config.train.guided_alignment > 0:
+        started = time.perf_counter()
+        links = align(src_ids, tgt_ids, cache_dir)
+        log(f"aligned {len(links):,} training pairs in {time.perf_counter() - started:.0f} s")
     return TrainData(
         src_tokenizer=src_tok,
         tgt_tokenizer=tgt_tok,
-        src_ids=[src_all[i] for i in keep],
-        tgt_ids=[tgt_all[i] for i in keep],
-        dev=splits["dev"],
+        src_ids=src_ids,
+        tgt_ids=tgt_ids,
+        dev=dev,
         corpus=corpus.resolve(),
-        corpus_sha256=file_sha256(corpus),
+        corpus_sha256=digest,
         dropped=len(train) - len(keep),
+        links=links,
     )
 
 
@@ -117,14 +156,20 @@ def dev_bleu(model: Seq2Seq, config: RunConfig, data: TrainData) -> dict[str, fl
     return score(hyps, [p.text(config.data.target) for p in pairs], config.data.target)
 
 
-def _loss(model: nn.Module, src: list[list[int]], tgt: list[list[int]], smoothing: float) -> tuple[torch.Tensor, int]:
+def _loss(
+    model: nn.Module, src: list[list[int]], tgt: list[list[int]], cfg: TrainConfig, links: list[list[Link]] | None
+) -> tuple[torch.Tensor, int]:
+    """Label-smoothed cross-entropy, plus the guided-alignment term when `links` are given."""
     src_ids, src_mask = pad(src)  # (B, S)
     tgt_ids, _ = pad([[BOS_ID, *t] for t in tgt])  # (B, T+1)
     device = next(model.parameters()).device
     src_ids, src_mask, tgt_ids = src_ids.to(device), src_mask.to(device), tgt_ids.to(device)
-    logits = model(src_ids, src_mask, tgt_ids[:, :-1]).logits  # (B, T, V)
+    out = model(src_ids, src_mask, tgt_ids[:, :-1])
     target = tgt_ids[:, 1:]  # (B, T)
-    loss = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=PAD_ID, label_smoothing=smoothing)
+    loss = F.cross_entropy(out.logits.transpose(1, 2), target, ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing)
+    if links is not None:
+        guide = alignment_targets(links, src_ids.shape[1], target.shape[1]).to(device)  # (B, T, S)
+        loss = loss + cfg.guided_alignment * guided_loss(out.cross_attention, guide, cfg.guided_layer, cfg.guided_head)
     return loss, int(target.ne(PAD_ID).sum()) + int((~src_mask).sum())
 
 
@@ -198,11 +243,13 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             batch = batches[b]
+            links = self.data.links
             loss, tokens = _loss(
                 self.model,
                 [self.data.src_ids[i] for i in batch],
                 [self.data.tgt_ids[i] for i in batch],
-                cfg.label_smoothing,
+                cfg,
+                [links[i] for i in batch] if links is not None else None,
             )
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -311,7 +358,8 @@ def train(
             raise TrainError(f"{init_from} translates {start.config.data.source}->{start.config.data.target}")
     tokenizers = (start.src_tokenizer, start.tgt_tokenizer) if start else None
     random.seed(config.train.seed)
-    data = prepare_data(config, corpus, tokenizers)
+    _check_guide(config)
+    data = prepare_data(config, corpus, tokenizers, out_dir)
     config = dataclasses.replace(
         config,
         model=dataclasses.replace(
@@ -324,6 +372,21 @@ def train(
     if start is not None and resume_from is None:
         trainer.model.load_state_dict(start.model.state_dict())
     return trainer.fit(config.train.max_steps)
+
+
+def _check_guide(config: RunConfig) -> None:
+    """A guided run names a layer and head the model has."""
+    cfg, model = config.train, config.model
+    if cfg.guided_alignment < 0:
+        raise TrainError(f"train.guided_alignment is {cfg.guided_alignment}; it must be >= 0")
+    if cfg.guided_alignment == 0:
+        return
+    layers, heads = (model.dec_layers, model.heads) if isinstance(model, TransformerConfig) else (1, 1)
+    if not -layers <= cfg.guided_layer < layers or not 0 <= cfg.guided_head < heads:
+        raise TrainError(
+            f"train.guided_layer {cfg.guided_layer} / guided_head {cfg.guided_head}: "
+            f"the model has {layers} decoder layer(s) of {heads} head(s)"
+        )
 
 
 def _write_run_files(out_dir: Path, config: RunConfig, data: TrainData) -> None:

@@ -61,7 +61,12 @@ class Settings(BaseSettings):
     max_attention_cells: int = Field(1_000_000, ge=1, description="floats of attention in one response at most")
 
     # signals
-    unattended_threshold: float = Field(0.2, ge=0, description="coverage under which a source word is flagged")
+    unattended_threshold: float | None = Field(
+        None,
+        ge=0,
+        description="coverage under which a source word is flagged; unset: each bundle's measured threshold (0.2 "
+        "for bundles without one)",
+    )
 
     # deadlines, exposure
     request_timeout_s: float = Field(

@@ -205,6 +205,19 @@ class Provenance(Strict):
     source_config: dict[str, int | float | str | bool | None] = {}  # the converted checkpoint's own settings
 
 
+class OmissionFlag(Strict):
+    """The "unattended source word" signal of this model, measured (export/omission.py): the
+    coverage threshold chosen on a dev split, and how it did on a test split against word
+    alignments to the reference."""
+
+    threshold: float = Field(ge=0)
+    precision: float = Field(ge=0, le=1)  # flagged words that the translation really dropped
+    recall: float = Field(ge=0, le=1)  # dropped words that were flagged
+    dropped_share: float = Field(ge=0, le=1)  # of content words: what precision is to be compared with
+    content_words: int = Field(ge=0)
+    measured_on: str
+
+
 class AttentionView(Strict):
     """The default attention view a client gets: a layer, and the head mean or one head."""
 
@@ -214,6 +227,7 @@ class AttentionView(Strict):
     name_alignment_cases: int = 0
     accuracy_by_view: dict[str, float] = {}
     chosen_by: str | None = None  # how the view was chosen, in words
+    omission: OmissionFlag | None = None  # None: not measured; the service's default threshold applies
 
 
 class Manifest(Strict):

@@ -37,6 +37,7 @@ from service.engine.validation import (
     prepare,
     search_options,
     tokenize_within,
+    unattended_threshold,
     whole,
 )
 
@@ -142,10 +143,10 @@ class TranslationService:
         alternatives = []
         if len(views) == 1:  # n-best of a one-piece text; pieces' alternatives do not combine into texts
             others = [view_piece(translator, p.encodings[0], h, job.view) for h in hyps[0][1:]]
-            alternatives = [self._rendered(self._combined(p, [v])[0]) for v in others]
+            alternatives = [self._rendered(translator, self._combined(p, [v])[0]) for v in others]
         name = translator.manifest.name
         return TextTranslation(
-            name, self._rendered(whole_view), alternatives, segments, job.view, job.warnings, job.detected
+            name, self._rendered(translator, whole_view), alternatives, segments, job.view, job.warnings, job.detected
         )
 
     @staticmethod
@@ -153,8 +154,8 @@ class TranslationService:
         joined, spans = join(p.text, p.pieces, [v.text for v in views])
         return combine(views, p.pieces, spans, joined)
 
-    def _rendered(self, view: PieceView) -> Rendered:
-        return rendered(view, self.limits.unattended_threshold)
+    def _rendered(self, translator: Translator, view: PieceView) -> Rendered:
+        return rendered(view, unattended_threshold(self.limits, translator))
 
     def _check_translate_size(self, jobs: list[_Job]) -> None:
         """Bound the attention payload before decoding, from the longest answer each text could get."""
@@ -202,7 +203,7 @@ class TranslationService:
         return Introspection(
             translator.manifest.name,
             request.forced_target is not None,
-            self._rendered(best),
+            self._rendered(translator, best),
             view,
             segments,
             layers,

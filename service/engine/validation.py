@@ -16,6 +16,7 @@ from service.engine.translator import SearchOptions, Translator
 
 MAX_NO_REPEAT_NGRAM = 8
 MAX_REPETITION_PENALTY = 3.0
+DEFAULT_UNATTENDED = 0.2  # coverage under which a word is flagged, for bundles that never measured theirs
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Limits:
     length_penalty: float | None = None  # None: each bundle's own
     max_attention_cells: int = 1_000_000
     max_pieces: int = 256  # sentences and clauses of one request: what the queue can hold
-    unattended_threshold: float = 0.2
+    unattended_threshold: float | None = None  # None: each bundle's measured one, else DEFAULT_UNATTENDED
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,14 @@ def search_options(translator: Translator, request: TranslateRequest, limits: Li
         message = f"repetition_penalty is {penalty}; it must be 1.0 (off)..{MAX_REPETITION_PENALTY}"
         raise InvalidRequest(message, field="repetition_penalty")
     return translator.options(beam, request.n_best, out, limits.length_penalty, request.no_repeat_ngram, penalty)
+
+
+def unattended_threshold(limits: Limits, translator: Translator) -> float:
+    """The service's setting if given, else the threshold measured for the bundle, else the default."""
+    if limits.unattended_threshold is not None:
+        return limits.unattended_threshold
+    measured = translator.manifest.attention_view.omission
+    return measured.threshold if measured is not None else DEFAULT_UNATTENDED
 
 
 def attention_view(translator: Translator, options: AttentionOptions) -> AttentionOptions:

@@ -273,3 +273,44 @@ def test_with_api_keys_the_page_asks_for_one(keyed_server: RunningServer, browse
     assert not [p for p in problems + problems_elsewhere if "401" not in p], problems + problems_elsewhere
     assert not refused + violations(page) + violations(other)
     context.close()
+
+
+@pytest.fixture(scope="module", params=[5.0, 0.0], ids=["informative", "chance"])
+def measured_server(
+    request: pytest.FixtureRequest, bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """The tiny bundle with a measured omission flag: informative (a high threshold, so the tiny
+    model flags words), or found no better than chance (threshold 0: nothing flagged)."""
+    from export.omission import write_flag
+    from service.engine.manifest import OmissionFlag
+
+    root = tmp_path_factory.mktemp("measured")
+    shutil.copytree(bundle_dir / "en-zh", root / "en-zh")
+    flag = OmissionFlag(
+        threshold=request.param, precision=0.42, recall=0.31, dropped_share=0.12, content_words=900, measured_on="t"
+    )
+    write_flag(root / "en-zh", flag)
+    running = RunningServer(root)
+    yield running
+    running.stop()
+
+
+def test_the_underline_note_quotes_the_models_measurement(measured_server: RunningServer, browser: object) -> None:
+    answer = api(measured_server, "/v1/translate", {"q": "Tom chases Jerry.", "model": "en-zh"})["translations"][0]
+    informative = answer["signals"]["unattended_threshold"] > 0
+    assert bool(answer["signals"]["unattended_source"]) == informative
+    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
+    problems = watch(page)
+    page.goto(measured_server.url + "/")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
+    page.fill("#source", "Tom chases Jerry.")
+    page.click("#translate")
+    page.wait_for_selector("#heatmaps td.cell")
+    note = page.locator("#unattended-note").inner_text()
+    if informative:
+        assert "42% of words underlined this way were missing" in note, note
+        assert "12% of all words" in note and "31% of the missing words" in note, note
+    else:
+        assert note.startswith("No words are underlined for this model"), note
+        assert page.locator("#heatmaps th.unattended").count() == 0
+    assert not problems, problems
