@@ -93,24 +93,24 @@ async def _translate_chunk(
         try:
             results = await service.translate(request)
         except EngineError as exc:
-            where = exc.field or ""
-            if not where.startswith("q["):
+            if exc.subject is None or exc.subject.index is None:
                 raise  # not about one line (an unknown model, say): the whole run stops
-            bad = todo[int(where[2 : where.index("]")])]
-            warn(f"line {chunk[bad][0]}: {exc.message.split(' ', 1)[1]}", failed=chunk[bad][0])
+            bad = todo[exc.subject.index]
+            warn(exc.worded(f"line {chunk[bad][0]}"), failed=chunk[bad][0])
             todo.remove(bad)
             continue
         for i, result in zip(todo, results, strict=True):
             out[i] = result
             for notice in result.warnings:
-                warn(f"line {chunk[i][0]}: {notice.message.split(' ', 1)[1]}")
+                warn(notice.worded(f"line {chunk[i][0]}"))
         break
     return out
 
 
 def _format(number: int, result: TextTranslation | None, job: Job) -> list[str]:
     if job.json_lines:
-        body = {"line": number, **translation_json(result)} if result else {"line": number, "text": ""}
+        name = f"line {number}"  # what its warnings call the text
+        body = {"line": number, **translation_json(result, name)} if result else {"line": number, "text": ""}
         return [dumps(body).decode()]
     if result is None:
         return [""]

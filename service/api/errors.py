@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.presentation import json_path
 from service.api.security import DEFAULT_HEADERS
 from service.engine.bundle import BundleInvalid
 from service.engine.errors import (
@@ -110,7 +111,8 @@ async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
         reason = "invalid"
     if reason is not None:
         request.app.state.metrics.rejections.labels(reason=reason).inc()
-    return error_response(status, exc.code, exc.message, exc.field, exc.limit, headers)
+    field = json_path(exc.subject, getattr(request.state, "one_text", False))
+    return error_response(status, exc.code, exc.worded(field), field, exc.limit, headers)
 
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 from service.api.auth import KeyRing
 from service.api.deps import service_of, within_deadline
 from service.api.errors import STATUS as ENGINE_STATUS
+from service.api.presentation import json_path
 from service.engine.errors import EngineError, Overloaded
 from service.engine.language import detect
 from service.engine.requests import AttentionOptions, TranslateRequest
@@ -154,7 +155,8 @@ async def _guarded(request: Request, model: type[BaseModel] | None, work: Any) -
     except EngineError as exc:
         status = 503 if isinstance(exc, Overloaded) else _status(exc)
         headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Overloaded) else {}
-        return _answer(LtError(status, exc.message, exc.code, exc.field, headers))
+        field = json_path(exc.subject, getattr(request.state, "one_text", False))
+        return _answer(LtError(status, exc.worded(field), exc.code, field, headers))
 
 
 def _status(exc: EngineError) -> int:
@@ -180,8 +182,8 @@ async def translate(request: Request) -> JSONResponse:
             beam_size=max(alternatives + 1, 4) if alternatives else None,  # else the model's own
             n_best=alternatives + 1,
             attention=AttentionOptions(format="none"),
-            single=isinstance(q, str),
         )
+        request.state.one_text = isinstance(q, str)
         results = await within_deadline(request, None, service_of(request).translate(job))
         texts_out = [r.best.text for r in results]
         out: dict[str, Any] = {"translatedText": texts_out[0] if isinstance(q, str) else texts_out}

@@ -10,10 +10,12 @@ import numpy as np
 import numpy.typing as npt
 
 from service.engine.attention_view import WORD_RULE, Token, top_k
+from service.engine.errors import Subject
 from service.engine.requests import AttentionOptions
 from service.engine.results import Introspection, Notice, Rendered, SegmentSpan, Signals, TextTranslation
 
 DIGITS = 6
+API_NAMES = {"texts": "q", "text": "q"}  # the engine request's fields that the API calls otherwise
 
 
 def nested(array: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
@@ -86,23 +88,35 @@ def segment_json(s: SegmentSpan) -> dict[str, Any]:
     }
 
 
-def notice_json(n: Notice) -> dict[str, str]:
-    return {"code": n.code, "message": n.message}
+def json_path(subject: Subject | None, one_text: bool) -> str | None:
+    """The body's name for what an engine error is about: `q[3]`, or `q` when `q` was one string."""
+    if subject is None:
+        return None
+    name = API_NAMES.get(subject.field, subject.field)
+    return name if subject.index is None or one_text else f"{name}[{subject.index}]"
 
 
-def translation_json(t: TextTranslation) -> dict[str, Any]:
+def notice_json(n: Notice, text_name: str) -> dict[str, str]:
+    """A warning about one text, which the answer calls `text_name` (`q[2]`, or a CLI's `line 7`)."""
+    return {"code": n.code, "message": n.worded(text_name)}
+
+
+def translation_json(t: TextTranslation, text_name: str = "q") -> dict[str, Any]:
     out = rendered_json(t.best, t.view)
     out["alternatives"] = [rendered_json(a, t.view) for a in t.alternatives]
     out["segments"] = [segment_json(s) for s in t.segments]
-    out["warnings"] = [notice_json(n) for n in t.warnings]
+    out["warnings"] = [notice_json(n, text_name) for n in t.warnings]
     out["model"] = t.model
     if t.detected is not None:
         out["detected_language"] = {"language": t.detected.language, "confidence": t.detected.confidence}
     return out
 
 
-def translate_json(results: list[TextTranslation]) -> dict[str, Any]:
-    return {"model": results[0].model, "translations": [translation_json(t) for t in results]}
+def translate_json(results: list[TextTranslation], one_text: bool) -> dict[str, Any]:
+    """`one_text`: the body's `q` was one string, so its warnings name `q`, not `q[0]`."""
+    names = ["q"] if one_text else [f"q[{i}]" for i in range(len(results))]
+    translations = [translation_json(t, n) for t, n in zip(results, names, strict=True)]
+    return {"model": results[0].model, "translations": translations}
 
 
 def introspection_json(i: Introspection) -> dict[str, Any]:
@@ -112,7 +126,7 @@ def introspection_json(i: Introspection) -> dict[str, Any]:
         "forced": i.forced,
         **{k: best[k] for k in ("text", "score", "source_tokens", "target_tokens", "attention_view", "signals")},
         "segments": [segment_json(s) for s in i.segments],
-        "warnings": [notice_json(n) for n in i.warnings],
+        "warnings": [notice_json(n, "q") for n in i.warnings],
         "layers": i.layers,
         "heads": i.heads,
         "cross_attention": nested(i.cross_attention),

@@ -49,9 +49,9 @@ async def translate(body: TranslateBody, request: Request) -> FastJSON:
     """Translate one text or a batch, with the attention of every output token."""
     started = time.perf_counter()
     a = body.attention
+    one_text = request.state.one_text = isinstance(body.q, str)  # the error handler names `q`, not `q[0]`
     job = TranslateRequest(
         texts=[body.q] if isinstance(body.q, str) else body.q,
-        single=isinstance(body.q, str),
         model=body.model,
         source=body.source,
         target=body.target,
@@ -65,7 +65,7 @@ async def translate(body: TranslateBody, request: Request) -> FastJSON:
     results = await within_deadline(request, body.timeout_ms, service_of(request).translate(job))
     request.app.state.metrics.inference.labels("request").observe(time.perf_counter() - started)
     _count_tokens(request, results)
-    return await answer(lambda: translate_json(results), translation_cells(results))
+    return await answer(lambda: translate_json(results, one_text), translation_cells(results))
 
 
 def introspect_request(body: IntrospectBody, **changes: Any) -> IntrospectRequest:

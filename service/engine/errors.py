@@ -1,18 +1,57 @@
-"""Domain errors of the engine. They carry what an API edge needs to answer, and import no web framework."""
+"""Domain errors of the engine. They name what went wrong in the engine's own terms (which field of
+the engine request, which text of a batch, which limit) and import no web framework: each edge
+words them for its users (the API as JSON paths like `q[3]`, the CLI as `line 12`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+FIELD = "{field}"  # where a message names its subject; `worded` puts the edge's name for it there
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an error or a notice is about: a field of the engine request (`texts`, `text`,
+    `beam_size`, `attention.layer`, ...) and, for one text of a batch, its index."""
+
+    field: str
+    index: int | None = None
+
+    @property
+    def path(self) -> str:
+        """The engine's own name for it, e.g. `texts[3]`."""
+        return self.field if self.index is None else f"{self.field}[{self.index}]"
+
+
+TEXTS = Subject("texts")  # a translate request's list of texts, as a whole
+TEXT = Subject("text")  # the one text of an introspection request
+
+
+def worded(template: str, subject: Subject | None, name: str | None = None) -> str:
+    """A message with its subject called `name` (default: the engine's own path)."""
+    if subject is None:
+        return template
+    return template.replace(FIELD, subject.path if name is None else name)
+
 
 class EngineError(Exception):
-    """Base of every error the engine raises on purpose."""
+    """Base of every error the engine raises on purpose. `message` may hold FIELD where it names
+    its subject; `subject` says which field (and text) that is."""
 
     code = "engine_error"
 
-    def __init__(self, message: str, *, field: str | None = None, limit: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
+    def __init__(self, message: str, *, field: str | Subject | None = None, limit: int | None = None) -> None:
+        self.template = message
+        self.subject = Subject(field) if isinstance(field, str) else field
         self.limit = limit
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        return worded(self.template, self.subject)
+
+    def worded(self, name: str | None) -> str:
+        return worded(self.template, self.subject, name)
 
 
 class InvalidText(EngineError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from service.engine.errors import FIELD, Subject
 from service.engine.results import Detection, Notice
 from service.engine.scripts import script_of
 
@@ -87,7 +88,7 @@ def detect(text: str, candidates: list[str]) -> Detection | None:
     return Detection(tied[0], round(best, 3))
 
 
-def mismatch(text: str, lang: str, field: str) -> Notice | None:
+def mismatch(text: str, lang: str, subject: Subject) -> Notice | None:
     """A warning when `text` is clearly not written in `lang`'s script (e.g. Chinese sent as English)."""
     letters = _letters(text)
     total = sum(letters.values())
@@ -99,7 +100,7 @@ def mismatch(text: str, lang: str, field: str) -> Notice | None:
         return None
     found = letters.most_common(1)[0][0].lower()
     message = (
-        f"{field} is mostly {found} script, not what {lang} is written in: check the source language "
+        f"{FIELD} is mostly {found} script, not what {lang} is written in: check the source language "
         '(or send "source": "auto"); the translation may be nonsense'
     )
-    return Notice("language_mismatch", message)
+    return Notice("language_mismatch", message, subject)

@@ -24,7 +24,6 @@ class TranslateRequest:
     n_best: int = 1
     max_output_tokens: int | None = None
     attention: AttentionOptions = field(default_factory=AttentionOptions)
-    single: bool = False  # `q` was one string, not a list: errors name `q`, not `q[0]`
     no_repeat_ngram: int | None = None  # None: the bundle's default
     repetition_penalty: float | None = None
 

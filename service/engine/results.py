@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.engine.attention_view import Matrix, Token
+from service.engine.errors import Subject, worded
 from service.engine.requests import AttentionOptions
 
 
@@ -55,7 +56,15 @@ class Notice:
     """A warning: the answer stands, but the user should know (e.g. the text looks like another language)."""
 
     code: str
-    message: str
+    template: str  # with FIELD where it names its subject (service.engine.errors.worded)
+    subject: Subject | None = None
+
+    @property
+    def message(self) -> str:
+        return worded(self.template, self.subject)
+
+    def worded(self, name: str | None) -> str:
+        return worded(self.template, self.subject, name)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.engine.catalog import Catalog
-from service.engine.errors import InvalidRequest, UnsupportedPair
+from service.engine.errors import TEXT, InvalidRequest, Subject, UnsupportedPair
 from service.engine.introspection import force
 from service.engine.joining import join
 from service.engine.language import detect, mismatch
@@ -79,13 +79,13 @@ class TranslationService:
         return self.catalog.for_pair(source, target)
 
     def resolve_for(
-        self, text: str, model: str | None, source: str | None, target: str | None, field: str
+        self, text: str, model: str | None, source: str | None, target: str | None, subject: Subject
     ) -> tuple[Translator, Detection | None, list[Notice]]:
         """The model for one text: named, the pair's default, or (source "auto") by its language.
         A text that looks like another language than its source gets a warning, not an error."""
         if source != AUTO or model is not None:
             translator = self.resolve(model, source, target)
-            notice = mismatch(text, translator.manifest.source_lang, field)
+            notice = mismatch(text, translator.manifest.source_lang, subject)
             return translator, None, [notice] if notice else []
         if target is None:
             raise InvalidRequest('"source": "auto" needs a target language', field="target")
@@ -98,9 +98,9 @@ class TranslationService:
 
     # 1) check each text and cut it into pieces
     def _job(self, request: TranslateRequest, i: int, text: str) -> _Job:
-        field = "q" if request.single else f"q[{i}]"
-        translator, detected, warnings = self.resolve_for(text, request.model, request.source, request.target, field)
-        prepared = prepare(translator, text, field, self.limits)
+        subject = Subject("texts", i)
+        translator, detected, warnings = self.resolve_for(text, request.model, request.source, request.target, subject)
+        prepared = prepare(translator, text, subject, self.limits)
         options = search_options(translator, request, self.limits)
         return _Job(translator, prepared, options, attention_view(translator, request.attention), warnings, detected)
 
@@ -175,7 +175,7 @@ class TranslationService:
 
     # introspection: every layer and head of one translation, decoded as /v1/translate would, or forced
     async def introspect(self, request: IntrospectRequest) -> Introspection:
-        translator, _, warnings = self.resolve_for(request.text, request.model, request.source, request.target, "q")
+        translator, _, warnings = self.resolve_for(request.text, request.model, request.source, request.target, TEXT)
         arch = translator.manifest.architecture
         layers, heads = indices(request.layers, arch.layers, "layers"), indices(request.heads, arch.heads, "heads")
         view = attention_view(translator, AttentionOptions(granularity=request.granularity))
@@ -184,8 +184,8 @@ class TranslationService:
         if request.forced_target is not None:
             prepared, hyps = await self._forced(translator, request, options)
         else:
-            prepared = prepare(translator, request.text, "q", self.limits)
-            check_pieces(len(prepared.pieces), self.limits)
+            prepared = prepare(translator, request.text, TEXT, self.limits)
+            check_pieces(len(prepared.pieces), self.limits, TEXT)
             [nbests] = await self._decode([(translator, options, prepared)])
             hyps = [nbest[0] for nbest in nbests]
         T = sum(len(h.tokens) for h in hyps)
@@ -220,10 +220,10 @@ class TranslationService:
         """The user's translation of the whole text, scored as the search scores its own."""
         assert request.forced_target is not None
         m = translator.manifest
-        prepared = whole(translator, request.text, "q", self.limits)
+        prepared = whole(translator, request.text, TEXT, self.limits)
         why = "; forced decoding scores one translation of the whole text"
         target = tokenize_within(
-            translator.tgt_tokenizer, request.forced_target, "forced_target", m.limits.max_target_tokens, why
+            translator.tgt_tokenizer, request.forced_target, Subject("forced_target"), m.limits.max_target_tokens, why
         )
         src_ids, tgt_ids = [*prepared.encodings[0].ids, m.special_ids.eos], [*target.ids, m.special_ids.eos]
         out = await self.scheduler.call(force, translator, src_ids, tgt_ids)

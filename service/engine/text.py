@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from service.engine.errors import InvalidText
+from service.engine.errors import FIELD, TEXT, InvalidText, Subject
 
 # Whitespace controls that are harmless in a sentence: they are folded to spaces by the tokenizer.
 _ALLOWED_CONTROLS = frozenset("\t\n\r")
@@ -19,12 +19,12 @@ def normalize(text: str) -> str:
     return unicodedata.normalize("NFC", text).strip()
 
 
-def check_text(text: str, field: str = "text") -> None:
+def check_text(text: str, subject: Subject = TEXT) -> None:
     """Raise InvalidText naming the first character that a translation cannot take."""
     for i, ch in enumerate(text):
         if 0xD800 <= ord(ch) <= 0xDFFF:
-            raise InvalidText(f"{field} has a lone surrogate U+{ord(ch):04X} at index {i}", field=field)
+            raise InvalidText(f"{FIELD} has a lone surrogate U+{ord(ch):04X} at index {i}", field=subject)
         if ch not in _ALLOWED_CONTROLS and unicodedata.category(ch) == "Cc":
-            raise InvalidText(f"{field} has control character U+{ord(ch):04X} at index {i}", field=field)
+            raise InvalidText(f"{FIELD} has control character U+{ord(ch):04X} at index {i}", field=subject)
     if not text.strip():
-        raise InvalidText(f"{field} is empty or whitespace only", field=field)
+        raise InvalidText(f"{FIELD} is empty or whitespace only", field=subject)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.engine.errors import InputTooLong, InvalidRequest
+from service.engine.errors import FIELD, TEXTS, InputTooLong, InvalidRequest, Subject
 from service.engine.requests import AttentionOptions, TranslateRequest
 from service.engine.segmentation import Piece
 from service.engine.text import check_text, normalize
@@ -37,48 +37,47 @@ class Limits:
 class PreparedText:
     """A text ready to decode: normalised, cut into pieces, each piece tokenized (offsets within it)."""
 
-    field: str
+    subject: Subject
     text: str
     pieces: list[Piece]
     encodings: list[Encoding]
 
 
-def check_count(count: int, limits: Limits, field: str = "q") -> None:
+def check_count(count: int, limits: Limits, subject: Subject = TEXTS) -> None:
     if not 1 <= count <= limits.max_texts:
-        raise InputTooLong(
-            f"{field} has {count} texts; the limit is {limits.max_texts}", field=field, limit=limits.max_texts
-        )
+        message = f"{FIELD} has {count} texts; the limit is {limits.max_texts}"
+        raise InputTooLong(message, field=subject, limit=limits.max_texts)
 
 
-def checked_text(text: str, field: str, limits: Limits) -> str:
+def checked_text(text: str, subject: Subject, limits: Limits) -> str:
     """The text, normalised, if it can be translated at all (characters, length)."""
-    check_text(text, field)
+    check_text(text, subject)
     if len(text) > limits.max_chars:
-        message = f"{field} has {len(text)} characters; the limit is {limits.max_chars}"
-        raise InputTooLong(message, field=field, limit=limits.max_chars)
+        message = f"{FIELD} has {len(text)} characters; the limit is {limits.max_chars}"
+        raise InputTooLong(message, field=subject, limit=limits.max_chars)
     return normalize(text)
 
 
-def prepare(translator: Translator, text: str, field: str, limits: Limits) -> PreparedText:
+def prepare(translator: Translator, text: str, subject: Subject, limits: Limits) -> PreparedText:
     """Check a text and cut it into the pieces the model translates one by one."""
-    text = checked_text(text, field, limits)
+    text = checked_text(text, subject, limits)
     pieces = translator.segment(text)
     encodings = [translator.src_tokenizer.encode(text[p.start : p.end]) for p in pieces]
-    return PreparedText(field, text, pieces, encodings)
+    return PreparedText(subject, text, pieces, encodings)
 
 
-def whole(translator: Translator, text: str, field: str, limits: Limits) -> PreparedText:
+def whole(translator: Translator, text: str, subject: Subject, limits: Limits) -> PreparedText:
     """A text as one piece (forced decoding scores one translation of the whole text): within the token limit."""
-    text = checked_text(text, field, limits)
-    enc = tokenize_within(translator.src_tokenizer, text, field, translator.manifest.limits.max_source_tokens)
-    return PreparedText(field, text, [Piece(0, len(text), "start")], [enc])
+    text = checked_text(text, subject, limits)
+    enc = tokenize_within(translator.src_tokenizer, text, subject, translator.manifest.limits.max_source_tokens)
+    return PreparedText(subject, text, [Piece(0, len(text), "start")], [enc])
 
 
-def tokenize_within(tokenizer: TextTokenizer, text: str, field: str, token_limit: int, why: str = "") -> Encoding:
+def tokenize_within(tokenizer: TextTokenizer, text: str, subject: Subject, token_limit: int, why: str = "") -> Encoding:
     enc = tokenizer.encode(text)
     if len(enc.ids) + 1 > token_limit:
-        message = f"{field} has {len(enc.ids) + 1} tokens; the limit is {token_limit}{why}"
-        raise InputTooLong(message, field=field, limit=token_limit)
+        message = f"{FIELD} has {len(enc.ids) + 1} tokens; the limit is {token_limit}{why}"
+        raise InputTooLong(message, field=subject, limit=token_limit)
     return enc
 
 
@@ -154,11 +153,11 @@ def check_cells(cells: int, limits: Limits, advice: str, field: str) -> None:
         raise InvalidRequest(message, field=field, limit=limits.max_attention_cells)
 
 
-def check_pieces(count: int, limits: Limits, field: str = "q") -> None:
+def check_pieces(count: int, limits: Limits, subject: Subject = TEXTS) -> None:
     """A request can never be larger than the queue that would hold its pieces."""
     if count > limits.max_pieces:
         message = (
-            f"{field} holds {count} sentences and clauses to translate; at most {limits.max_pieces} fit at once "
+            f"{FIELD} holds {count} sentences and clauses to translate; at most {limits.max_pieces} fit at once "
             "(MT_MAX_QUEUE). Send fewer or shorter texts"
         )
-        raise InputTooLong(message, field=field, limit=limits.max_pieces)
+        raise InputTooLong(message, field=subject, limit=limits.max_pieces)

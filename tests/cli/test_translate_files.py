@@ -30,7 +30,7 @@ def test_a_file_line_for_line(bundle_dir: Path, tmp_path: Path) -> None:
     args = ("--model", "en-zh", "--bundles", bundle_dir, "--beam", "1")
     result = cli("translate", "--input", source, "--output", out, *args)
     assert result.returncode == 1  # one line failed
-    assert "error: line 4: has control character U+0007" in result.stderr
+    assert "error: line 4 has control character U+0007" in result.stderr
     assert "1 of 6 lines failed: [4]" in result.stderr
     written = out.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(written) == len(lines)

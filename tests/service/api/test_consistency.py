@@ -64,7 +64,9 @@ def test_auto_detects_the_source_and_a_wrong_source_warns(client: TestClient) ->
     wrong = client.post("/v1/translate", json={**EN_ZH, "q": "你好，世界。"})
     assert wrong.status_code == 200  # a warning, not an error
     [warning] = wrong.json()["translations"][0]["warnings"]
-    assert warning["code"] == "language_mismatch" and "cjk" in warning["message"]
+    assert warning["code"] == "language_mismatch" and warning["message"].startswith("q is mostly cjk")
+    batch = client.post("/v1/translate", json={**EN_ZH, "q": ["Tom chases Jerry.", "你好，世界。"]}).json()
+    assert [[w["message"][:5] for w in t["warnings"]] for t in batch["translations"]] == [[], ["q[1] "]]
     missing = client.post("/v1/translate", json={"q": "hi", "source": "auto"})
     assert missing.status_code == 422 and missing.json()["error"]["field"] == "target"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.engine.errors import Subject
 from service.engine.language import detect, mismatch
 
 
@@ -33,9 +34,11 @@ def test_a_script_alone_cannot_tell_latin_languages_apart() -> None:
 
 
 def test_mismatch_warns_only_when_clear() -> None:
-    notice = mismatch("你好", "en", "q")
-    assert notice is not None and notice.code == "language_mismatch" and "q is mostly cjk" in notice.message
-    assert mismatch("Tom chases Jerry.", "en", "q") is None
-    assert mismatch("汤姆在公园里追他的猫 Jerry。", "zh", "q") is None
-    assert mismatch("OK", "zh", "q") is None  # too few letters to say
-    assert mismatch("Bonjour tout le monde", "de", "q") is None  # same script: no warning on a guess
+    text = Subject("texts", 1)
+    notice = mismatch("你好", "en", text)
+    assert notice is not None and notice.code == "language_mismatch" and notice.subject == text
+    assert notice.message.startswith("texts[1] is mostly cjk") and notice.worded("q").startswith("q is mostly")
+    assert mismatch("Tom chases Jerry.", "en", text) is None
+    assert mismatch("汤姆在公园里追他的猫 Jerry。", "zh", text) is None
+    assert mismatch("OK", "zh", text) is None  # too few letters to say
+    assert mismatch("Bonjour tout le monde", "de", text) is None  # same script: no warning on a guess

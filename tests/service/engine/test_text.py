@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.errors import InvalidText
+from service.engine.errors import InvalidText, Subject
 from service.engine.text import check_text, normalize
 
 
@@ -21,8 +21,11 @@ def test_normalize_is_nfc_and_strips() -> None:
     ],
 )
 def test_check_text_rejects(text: str, message: str) -> None:
-    with pytest.raises(InvalidText, match=message):
-        check_text(text, field="q[0]")
+    with pytest.raises(InvalidText, match=message) as refused:
+        check_text(text, Subject("texts", 0))
+    assert refused.value.subject == Subject("texts", 0)
+    assert refused.value.message.startswith("texts[0] ")  # the engine's own name for it
+    assert refused.value.worded("line 3").startswith("line 3 ")  # an edge's name for it
 
 
 def test_check_text_accepts_tabs_newlines_and_cjk() -> None:
