@@ -58,12 +58,7 @@ def _attends_to(t: dict, zh: str, en: str, source: str) -> bool:
 SEED = "Tom chases Jerry."
 
 
-RNN_GAP = pytest.mark.xfail(
-    strict=True,
-    reason="the GRU writes 汤姆是加拿大人。 (it loses 'chases Jerry') and its attention is diffuse (43% name "
-    "alignment); see docs/models.md. Strict: the marker must go once a retrained RNN passes.",
-)
-EN_ZH = [pytest.param(n, marks=RNN_GAP) if n == "en-zh-rnn" else n for n in SHIPPED if n.startswith("en-zh")]
+EN_ZH = [n for n in SHIPPED if n.startswith("en-zh")]
 
 
 @pytest.mark.parametrize("name", EN_ZH)
