@@ -20,8 +20,6 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import eflomal
-
 Link = tuple[int, int]  # (source position, target position)
 NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
@@ -48,23 +46,34 @@ def grow_diag(forward: set[Link], backward: set[Link]) -> set[Link]:
     whose source or target position is still unaligned, until nothing changes."""
     union = forward | backward
     links = forward & backward
+    sources, targets = {s for s, _ in links}, {t for _, t in links}
     added = True
     while added:
         added = False
         for s, t in sorted(links):
             for ds, dt in NEIGHBOURS:
-                cand = (s + ds, t + dt)
-                unaligned = all(a != cand[0] for a, _ in links) or all(b != cand[1] for _, b in links)
-                if cand in union and cand not in links and unaligned:
+                a, b = cand = (s + ds, t + dt)
+                if cand in union and cand not in links and (a not in sources or b not in targets):
                     links.add(cand)
+                    sources.add(a)
+                    targets.add(b)
                     added = True
     return links
 
 
-def _eflomal(src: list[str], tgt: list[str], workdir: Path) -> tuple[list[set[Link]], list[set[Link]]]:
-    fwd, rev = workdir / "fwd.links", workdir / "rev.links"
-    eflomal.Aligner().align(src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev), quiet=True)
-    return _read_links(fwd), _read_links(rev)
+def symmetrised(src: list[str], tgt: list[str], samplers: int = 3) -> list[set[Link]]:
+    """eflomal links between the space-separated tokens of each line pair, both directions joined
+    by grow-diag. More samplers (eflomal's default is 3) give steadier links; it has no seed."""
+    import eflomal  # noqa: PLC0415  # not at the top: a run whose alignments are cached trains without it
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fwd, rev = Path(tmp) / "fwd.links", Path(tmp) / "rev.links"
+        aligner = eflomal.Aligner(n_samplers=samplers)
+        aligner.align(src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev), quiet=True)
+        forward, backward = _read_links(fwd), _read_links(rev)
+    if len(forward) != len(src) or len(backward) != len(src):
+        raise AlignmentError(f"eflomal returned {len(forward)}/{len(backward)} link lines for {len(src)} pairs")
+    return [grow_diag(f, b) for f, b in zip(forward, backward, strict=True)]
 
 
 def align(
@@ -77,13 +86,9 @@ def align(
     if cached is not None and cached.is_file():
         result: list[list[Link]] = [[(s, t) for s, t in pair] for pair in json.loads(cached.read_text())]
         return result
-    with tempfile.TemporaryDirectory() as tmp:
-        forward, backward = _eflomal(src, tgt, Path(tmp))
-    if len(forward) != len(src) or len(backward) != len(src):
-        raise AlignmentError(f"eflomal returned {len(forward)}/{len(backward)} link lines for {len(src)} pairs")
     result = []
-    for fwd, rev, s, t in zip(forward, backward, src_ids, tgt_ids, strict=True):
-        links = {(a, b) for a, b in grow_diag(fwd, rev) if a < len(s) - 1 and b < len(t) - 1}
+    for pair, s, t in zip(symmetrised(src, tgt), src_ids, tgt_ids, strict=True):
+        links = {(a, b) for a, b in pair if a < len(s) - 1 and b < len(t) - 1}
         result.append(sorted(links | {(len(s) - 1, len(t) - 1)}))
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)

@@ -100,6 +100,11 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", message, field)
 
 
+def field_of(exc: EngineError, request: Request) -> str | None:
+    """The body's name for what `exc` is about (the route records whether `q` was one string)."""
+    return json_path(exc.subject, getattr(request.state, "one_text", False))
+
+
 async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, EngineError)
     status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
@@ -111,7 +116,7 @@ async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
         reason = "invalid"
     if reason is not None:
         request.app.state.metrics.rejections.labels(reason=reason).inc()
-    field = json_path(exc.subject, getattr(request.state, "one_text", False))
+    field = field_of(exc, request)
     return error_response(status, exc.code, exc.worded(field), field, exc.limit, headers)
 
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 from service.api.auth import KeyRing
 from service.api.deps import service_of, within_deadline
 from service.api.errors import STATUS as ENGINE_STATUS
-from service.api.presentation import json_path
+from service.api.errors import field_of
 from service.engine.errors import EngineError, Overloaded
 from service.engine.language import detect
 from service.engine.requests import AttentionOptions, TranslateRequest
@@ -155,7 +155,7 @@ async def _guarded(request: Request, model: type[BaseModel] | None, work: Any) -
     except EngineError as exc:
         status = 503 if isinstance(exc, Overloaded) else _status(exc)
         headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Overloaded) else {}
-        field = json_path(exc.subject, getattr(request.state, "one_text", False))
+        field = field_of(exc, request)
         return _answer(LtError(status, exc.worded(field), exc.code, field, headers))
 
 

@@ -27,16 +27,27 @@ TEXTS = Subject("texts")  # a translate request's list of texts, as a whole
 TEXT = Subject("text")  # the one text of an introspection request
 
 
-def worded(template: str, subject: Subject | None, name: str | None = None) -> str:
-    """A message with its subject called `name` (default: the engine's own path)."""
-    if subject is None:
-        return template
-    return template.replace(FIELD, subject.path if name is None else name)
+class Worded:
+    """A message about a subject: `template` holds FIELD where it names it. Errors and notices."""
+
+    template: str
+    subject: Subject | None
+
+    @property
+    def message(self) -> str:
+        """In the engine's own words (`texts[3] has ...`)."""
+        return self.worded(None)
+
+    def worded(self, name: str | None) -> str:
+        """With the subject called `name` (an edge's word for it: `q[3]`, `line 12`)."""
+        if self.subject is None:
+            return self.template
+        return self.template.replace(FIELD, self.subject.path if name is None else name)
 
 
-class EngineError(Exception):
+class EngineError(Worded, Exception):
     """Base of every error the engine raises on purpose. `message` may hold FIELD where it names
-    its subject; `subject` says which field (and text) that is."""
+    its subject; `field` says which field (and text) that is."""
 
     code = "engine_error"
 
@@ -45,13 +56,6 @@ class EngineError(Exception):
         self.subject = Subject(field) if isinstance(field, str) else field
         self.limit = limit
         super().__init__(self.message)
-
-    @property
-    def message(self) -> str:
-        return worded(self.template, self.subject)
-
-    def worded(self, name: str | None) -> str:
-        return worded(self.template, self.subject, name)
 
 
 class InvalidText(EngineError):

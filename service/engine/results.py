@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.engine.attention_view import Matrix, Token
-from service.engine.errors import Subject, worded
+from service.engine.errors import Subject, Worded
 from service.engine.requests import AttentionOptions
 
 
@@ -52,19 +52,12 @@ class SegmentSpan:
 
 
 @dataclass(frozen=True)
-class Notice:
+class Notice(Worded):
     """A warning: the answer stands, but the user should know (e.g. the text looks like another language)."""
 
     code: str
-    template: str  # with FIELD where it names its subject (service.engine.errors.worded)
+    template: str  # with FIELD where it names its subject
     subject: Subject | None = None
-
-    @property
-    def message(self) -> str:
-        return worded(self.template, self.subject)
-
-    def worded(self, name: str | None) -> str:
-        return worded(self.template, self.subject, name)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +72,19 @@ def violations(page: object) -> list[str]:
     return list(page.evaluate("window.__csp"))  # type: ignore[attr-defined]
 
 
+def translated(browser: object, url: str, text: str) -> tuple[Any, list[str]]:
+    """A desktop-sized page of the service at `url` that has translated `text` and drawn its
+    heatmap, and the problems it reports (`watch`)."""
+    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
+    problems = watch(page)
+    page.goto(url + "/")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
+    page.fill("#source", text)
+    page.click("#translate")
+    page.wait_for_selector("#heatmaps td.cell")
+    return page, problems
+
+
 def api(server: RunningServer, path: str, body: dict) -> dict:
     request = urllib.request.Request(
         server.url + path, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
@@ -80,13 +94,7 @@ def api(server: RunningServer, path: str, body: dict) -> dict:
 
 
 def test_translate_and_look_at_the_attention(server: RunningServer, browser: object) -> None:
-    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
-    problems = watch(page)
-    page.goto(server.url + "/")
-    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
-    page.fill("#source", "Tom chases Jerry.")
-    page.click("#translate")
-    page.wait_for_selector("#heatmaps td.cell")
+    page, problems = translated(browser, server.url, "Tom chases Jerry.")
 
     # the heatmap has exactly len(target) x len(source) cells, as the API says
     expected = api(
@@ -208,12 +216,7 @@ def test_the_api_docs_work_offline(server: RunningServer, browser: object) -> No
 
 
 def test_a_paragraph_shows_its_sentence_boundaries(server: RunningServer, browser: object) -> None:
-    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
-    page.goto(server.url + "/")
-    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
-    page.fill("#source", "Tom chases Jerry. Mary likes John today.")
-    page.click("#translate")
-    page.wait_for_selector("#heatmaps td.cell")
+    page, _ = translated(browser, server.url, "Tom chases Jerry. Mary likes John today.")
     expected = api(
         server, "/v1/translate", {"q": "Tom chases Jerry. Mary likes John today.", "model": "en-zh", "n_best": 3}
     )
@@ -299,13 +302,7 @@ def test_the_underline_note_quotes_the_models_measurement(measured_server: Runni
     answer = api(measured_server, "/v1/translate", {"q": "Tom chases Jerry.", "model": "en-zh"})["translations"][0]
     informative = answer["signals"]["unattended_threshold"] > 0
     assert bool(answer["signals"]["unattended_source"]) == informative
-    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
-    problems = watch(page)
-    page.goto(measured_server.url + "/")
-    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
-    page.fill("#source", "Tom chases Jerry.")
-    page.click("#translate")
-    page.wait_for_selector("#heatmaps td.cell")
+    page, problems = translated(browser, measured_server.url, "Tom chases Jerry.")
     note = page.locator("#unattended-note").inner_text()
     if informative:
         assert "42% of words underlined this way were missing" in note, note
