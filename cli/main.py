@@ -52,6 +52,15 @@ def train(
         Path | None, typer.Option("--init-from", help="fine-tune: start from this checkpoint's weights and tokenizers")
     ] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores)")] = None,
+    max_minutes: Annotated[
+        float | None, typer.Option(help="override [train] max_minutes: stop after the epoch that passes it")
+    ] = None,
+    tokenizers: Annotated[
+        Path | None, typer.Option("--tokenizers", help="a run's tokenizers/ folder to start with, instead of new ones")
+    ] = None,
+    prepare_only: Annotated[
+        bool, typer.Option("--prepare-only", help="write tokenizers and alignments, then stop (train elsewhere)")
+    ] = False,
 ) -> None:
     """Train a model: tokenizers, checkpoints, dev BLEU per epoch, early stop."""
     _training_side()
@@ -60,7 +69,8 @@ def train(
     from models.train import TrainError
     from models.train import train as run_training
 
-    overrides: dict[str, Any] = {k: v for k, v in {"epochs": epochs, "max_steps": max_steps}.items() if v is not None}
+    asked = {"epochs": epochs, "max_steps": max_steps, "max_minutes": max_minutes}
+    overrides: dict[str, Any] = {k: v for k, v in asked.items() if v is not None}
     try:
         run_config = load_run_config(config)
         progress = run_training(
@@ -71,9 +81,14 @@ def train(
             train_overrides=overrides,
             init_from=init_from,
             threads=threads,
+            tokenizers_from=tokenizers,
+            prepare_only=prepare_only,
         )
     except (ConfigError, CorpusError, TrainError) as exc:
         _fail(str(exc))
+        return
+    if prepare_only:
+        typer.echo(f"prepared {progress['pairs']:,} training pairs in {out}; train with --tokenizers {out}/tokenizers")
         return
     typer.echo(
         f"done: best dev BLEU {progress['best_dev_bleu']:.2f} at epoch {progress['best_epoch']}, "

@@ -156,12 +156,23 @@ class TrainConfig:
     dev_sentences: int = 500  # dev pairs decoded for BLEU each epoch (0 = all)
     checkpoint_every: int = 200  # steps between mid-epoch checkpoints
     log_every: int = 50  # steps between plain log lines when not on a TTY
+    # A time budget (a lent GPU's minutes): stop after the epoch that passes it, dev BLEU included.
+    max_minutes: float = 0.0  # 0: no time limit
+    # Keep each epoch's weights (epoch-NNN.pt) from this many epochs before the best one onwards,
+    # so `attention-mt average` can take the epochs up to the best; 0 keeps none.
+    keep_epochs: int = 0
     # Guided alignment (models/guided.py): the weight of the loss that pulls one cross-attention
     # head towards eflomal word alignments; 0 turns it off. Layer and head index the model's
     # (layer, head) cross-attention; negative layers count from the last.
     guided_alignment: float = 0.0
     guided_layer: int = -1
     guided_head: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_minutes < 0 or self.keep_epochs < 0:
+            raise ConfigError(
+                f"train.max_minutes ({self.max_minutes}) and train.keep_epochs ({self.keep_epochs}) must be >= 0"
+            )
 
 
 @dataclass(frozen=True)

@@ -295,8 +295,20 @@ class Trainer:
         )
         if improved:
             self.checkpoint("best.pt", with_training_state=False)
+        self._keep_epoch(epoch)
         self.checkpoint("last.pt", with_training_state=True)
         return bool(self.progress["bad_epochs"] >= self.config.train.patience)
+
+    def _keep_epoch(self, epoch: int) -> None:
+        """Keep this epoch's weights; drop those more than keep_epochs - 1 epochs before the best."""
+        keep = self.config.train.keep_epochs
+        if keep == 0:
+            return
+        self.checkpoint(f"epoch-{epoch:03d}.pt", with_training_state=False)
+        oldest = self.progress["best_epoch"] - keep + 1
+        for path in self.out_dir.glob("epoch-*.pt"):
+            if int(path.stem.removeprefix("epoch-")) < oldest:
+                path.unlink()
 
     def fit(self, max_steps: int) -> dict[str, Any]:
         cfg = self.config.train
@@ -304,6 +316,7 @@ class Trainer:
             f"model: {self.config.model.family}, {count_parameters(self.model):,} parameters on {self.device}; "
             f"{len(self.data.src_ids):,} training pairs ({self.data.dropped} over the length limits dropped)"
         )
+        started = time.monotonic()
         while self.progress["epoch"] <= cfg.epochs:
             epoch = self.progress["epoch"]
             tokens_per_second, complete = self.run_epoch(epoch, max_steps)
@@ -313,6 +326,9 @@ class Trainer:
                 break
             if max_steps and self.progress["step"] >= max_steps:
                 log(f"reached max_steps={max_steps}")
+                break
+            if cfg.max_minutes and time.monotonic() - started >= cfg.max_minutes * 60:
+                log(f"reached max_minutes={cfg.max_minutes:g} after epoch {epoch}")
                 break
         return self.progress
 
@@ -325,38 +341,37 @@ def train(
     train_overrides: dict[str, Any] | None = None,
     init_from: Path | None = None,
     threads: int | None = None,
+    tokenizers_from: Path | None = None,
+    prepare_only: bool = False,
 ) -> dict[str, Any]:
     """Train a run in `out_dir` (config.json, tokenizers/, best.pt, last.pt, history.jsonl).
 
     `train_overrides` replace [train] settings (e.g. epochs, max_steps), also on resume.
     `init_from` fine-tunes: a checkpoint's weights, model config and tokenizers start the run, with
-    a fresh optimizer and the [data]/[train] settings of `config` (e.g. name augmentation added)."""
+    a fresh optimizer and the [data]/[train] settings of `config` (e.g. name augmentation added).
+    `tokenizers_from` starts with a run's tokenizers/ instead of training new ones, and
+    `prepare_only` stops once the tokenizers and alignments are written: prepare here, train on a
+    lent GPU (which needs no aligner when the alignments are cached in the run directory)."""
     torch.set_num_threads(threads or os.cpu_count() or 1)
     if isinstance(config.model, TransformerConfig):
         longest = max(config.data.max_src_tokens, config.data.max_tgt_tokens)
         if config.model.max_positions < longest:
             raise TrainError(f"model.max_positions ({config.model.max_positions}) < the longest sequence ({longest})")
     corpus = Path(corpus or config.data.corpus or default_corpus_path())
-    last = out_dir / "last.pt"
-    resume_from = None
-    if resume:
-        if not last.is_file():
-            raise TrainError(f"nothing to resume: {last} does not exist")
-        resume_from = load_checkpoint(last)
-        config = resume_from.config
-    elif last.exists():
+    resume_from = _resumed(out_dir) if resume else None
+    if resume_from is None and (out_dir / "last.pt").exists():
         raise TrainError(f"{out_dir} already holds a run; pass --resume to continue it or choose another --out")
+    if resume_from is not None:
+        config = resume_from.config
     if train_overrides:
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, **train_overrides))
     start = resume_from
     if init_from is not None and resume_from is None:
-        if not Path(init_from).is_file():
-            raise TrainError(f"nothing to fine-tune from: {init_from} does not exist")
-        start = load_checkpoint(init_from)
+        start = _fine_tune_start(init_from, config)
         config = dataclasses.replace(config, model=start.config.model)
-        if (start.config.data.source, start.config.data.target) != (config.data.source, config.data.target):
-            raise TrainError(f"{init_from} translates {start.config.data.source}->{start.config.data.target}")
     tokenizers = (start.src_tokenizer, start.tgt_tokenizer) if start else None
+    if tokenizers_from is not None and start is None:
+        tokenizers = _read_tokenizers(tokenizers_from, config)
     random.seed(config.train.seed)
     _check_guide(config)
     data = prepare_data(config, corpus, tokenizers, out_dir)
@@ -368,10 +383,37 @@ def train(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_run_files(out_dir, config, data)
+    if prepare_only:
+        return {"prepared": str(out_dir), "pairs": len(data.src_ids), "aligned": data.links is not None}
     trainer = Trainer(config, out_dir, data, resume_from)
     if start is not None and resume_from is None:
         trainer.model.load_state_dict(start.model.state_dict())
     return trainer.fit(config.train.max_steps)
+
+
+def _resumed(out_dir: Path) -> Checkpoint:
+    last = out_dir / "last.pt"
+    if not last.is_file():
+        raise TrainError(f"nothing to resume: {last} does not exist")
+    return load_checkpoint(last)
+
+
+def _fine_tune_start(init_from: Path, config: RunConfig) -> Checkpoint:
+    if not Path(init_from).is_file():
+        raise TrainError(f"nothing to fine-tune from: {init_from} does not exist")
+    start = load_checkpoint(init_from)
+    if (start.config.data.source, start.config.data.target) != (config.data.source, config.data.target):
+        raise TrainError(f"{init_from} translates {start.config.data.source}->{start.config.data.target}")
+    return start
+
+
+def _read_tokenizers(folder: Path, config: RunConfig) -> tuple[Tokenizer, Tokenizer]:
+    """A run's tokenizers/ folder: <source>.model and <target>.model."""
+    paths = [Path(folder) / f"{lang}.model" for lang in (config.data.source, config.data.target)]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise TrainError(f"--tokenizers: no {', '.join(missing)}")
+    return Tokenizer(paths[0].read_bytes()), Tokenizer(paths[1].read_bytes())
 
 
 def _check_guide(config: RunConfig) -> None:
