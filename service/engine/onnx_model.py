@@ -53,12 +53,15 @@ class OnnxState:
 
 
 def _pad(x: npt.NDArray[Any], axis: int, size: int, value: float | bool) -> npt.NDArray[Any]:
-    """x padded at the end of `axis` to `size`."""
+    """x padded at the end of `axis` to `size`. A filled array and one copy, not np.pad: np.pad's
+    own overhead (~15 us a call) was 15% of a batch-1 step where each sentence's 6 caches grow."""
     if x.shape[axis] >= size:
         return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, size - x.shape[axis])
-    return np.pad(x, widths, constant_values=value)
+    shape = list(x.shape)
+    shape[axis] = size
+    out = np.full(shape, value, dtype=x.dtype)
+    out[tuple(slice(0, n) for n in x.shape)] = x
+    return out
 
 
 def write_slots(
