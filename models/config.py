@@ -156,10 +156,11 @@ class TrainConfig:
     dev_sentences: int = 500  # dev pairs decoded for BLEU each epoch (0 = all)
     checkpoint_every: int = 200  # steps between mid-epoch checkpoints
     log_every: int = 50  # steps between plain log lines when not on a TTY
-    # A time budget (a lent GPU's minutes): stop after the epoch that passes it, dev BLEU included.
+    # A time budget (a lent GPU's minutes) for each invocation, a resumed one too: stop after the
+    # epoch that passes it, dev BLEU included.
     max_minutes: float = 0.0  # 0: no time limit
-    # Keep each epoch's weights (epoch-NNN.pt) from this many epochs before the best one onwards,
-    # so `attention-mt average` can take the epochs up to the best; 0 keeps none.
+    # Keep the weights (epoch-NNN.pt) of the best epoch, the keep_epochs - 1 before it and every
+    # epoch since, so `attention-mt average` can take the window up to the best; 0 keeps none.
     keep_epochs: int = 0
     # Guided alignment (models/guided.py): the weight of the loss that pulls one cross-attention
     # head towards eflomal word alignments; 0 turns it off. Layer and head index the model's
