@@ -7,6 +7,8 @@
 
 RUN names a config, models/configs/transformer-RUN.toml, and a run directory, .gpu/runs/RUN.
 Scores are greedy, on both dev sets (Tatoeba and real text): the test splits stay for the bundle.
+Decoding is models.decoding's, not models.evaluate's: that one reads bundles through the service's
+manifest (pydantic), which the lent machine's image lacks.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ from models.data import Pair, default_corpus_path, default_real_text_path, read_
 from models.decoding import translate_texts
 from models.metrics import loop_rate, score
 from models.packing import pack, unpack
-from models.train import train
+from models.train import kept_window, train
 
 RUNS = Path(".gpu/runs")
-WINDOW = 5  # epochs averaged, ending at the best
 
 
 def _train(run: str, minutes: float, threads: int) -> None:
@@ -61,13 +62,14 @@ def _scores(ckpt: Checkpoint, sets: dict[str, list[Pair]]) -> dict[str, dict[str
 
 
 def _score(run: str) -> None:
-    """finish.json: dev scores of best.pt and of the mean of the kept epochs up to the best."""
+    """finish.json: dev scores of best.pt and of the mean of the kept epochs up to the best (the
+    run's keep_epochs of them)."""
     path = RUNS / run
     best = load_checkpoint(path / "best.pt")
-    last = int(best.progress["best_epoch"])
-    epochs = [p for e in range(last - WINDOW + 1, last + 1) if (p := path / f"epoch-{e:03d}.pt").is_file()]
+    best_epoch = int(best.progress["best_epoch"])
+    epochs = kept_window(path, best_epoch, best.config.train.keep_epochs)
     entry: dict[str, Any] = {
-        "best_epoch": last,
+        "best_epoch": best_epoch,
         "steps": best.progress["step"],
         "train_seconds": round(best.progress["train_seconds"]),
         "averaged": [p.name for p in epochs],
@@ -95,8 +97,10 @@ def _pack(out: Path, runs: list[str]) -> None:
         data = json.loads((RUNS / run / "config.json").read_text(encoding="utf-8"))["data"]
         direction = f"{data['source']}-{data['target']}"
         for pick in ("best", "average"):
-            total = sum(s["bleu"] for s in entry[pick].values()) if pick in entry else -1.0
-            if total >= 0 and (direction not in chosen or total > chosen[direction][0]):
+            if pick not in entry:
+                continue
+            total = sum(s["bleu"] for s in entry[pick].values())
+            if direction not in chosen or total > chosen[direction][0]:
                 chosen[direction] = (total, f"{run}.{pick}", RUNS / run / f"{pick}.pt")
     report["packed"] = {}
     for direction, (total, label, file) in chosen.items():

@@ -125,6 +125,17 @@ def prepare_data(
     )
 
 
+def epoch_checkpoint(out_dir: Path, epoch: int) -> Path:
+    """Where `train.keep_epochs` keeps an epoch's weights."""
+    return out_dir / f"epoch-{epoch:03d}.pt"
+
+
+def kept_window(out_dir: Path, best_epoch: int, size: int) -> list[Path]:
+    """The kept epochs among the `size` ending at `best_epoch`: what averaging takes."""
+    paths = [epoch_checkpoint(out_dir, e) for e in range(best_epoch - size + 1, best_epoch + 1)]
+    return [p for p in paths if p.is_file()]
+
+
 def lr_at(step: int, base_lr: float, warmup: int) -> float:
     """Linear warm-up to base_lr, then decay with the inverse square root of the step."""
     step = max(step, 1)
@@ -304,7 +315,7 @@ class Trainer:
         keep = self.config.train.keep_epochs
         if keep == 0:
             return
-        self.checkpoint(f"epoch-{epoch:03d}.pt", with_training_state=False)
+        self.checkpoint(epoch_checkpoint(self.out_dir, epoch).name, with_training_state=False)
         oldest = self.progress["best_epoch"] - keep + 1
         for path in self.out_dir.glob("epoch-*.pt"):
             if int(path.stem.removeprefix("epoch-")) < oldest:

@@ -47,7 +47,7 @@ class Worded:
 
 class EngineError(Worded, Exception):
     """Base of every error the engine raises on purpose. `message` may hold FIELD where it names
-    its subject; `field` says which field (and text) that is."""
+    its subject; `subject` says which field (and text) that is."""
 
     code = "engine_error"
 

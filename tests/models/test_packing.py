@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,11 @@ def test_parts_join_back_into_the_same_weights_with_tied_ones_stored_once(tmp_pa
     assert len(parts) > 1 and all(p.stat().st_size <= 20_000 for p in parts)
     unique = {t.data_ptr(): t.numel() for t in model.state_dict().values()}
     assert sum(p.stat().st_size for p in parts) < 2 * sum(unique.values()) + 200_000  # tied tables once
+    # ... and directly: the three names of the one table share one stored tensor
+    blob = b"".join(p.read_bytes() for p in parts)
+    stored = torch.load(io.BytesIO(blob), weights_only=True)["state_dict"]
+    tied = {stored[k].data_ptr() for k in ("src_embed.weight", "tgt_embed.weight", "output.weight")}
+    assert len(tied) == 1
 
     back = unpack(tmp_path, "run.best")
     assert back.progress == {"best_epoch": 3} and back.config == config

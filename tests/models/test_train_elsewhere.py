@@ -62,7 +62,7 @@ def test_keep_epochs_keeps_the_window_up_to_the_best_and_max_minutes_stops(
 
     # A budget already spent after the first epoch: one epoch, then stop.
     budget = dataclasses.replace(config, train=dataclasses.replace(config.train, max_minutes=1e-6))
-    progress = train(budget, tmp_path / "budget", corpus=synthetic_corpus, threads=1)
+    train(budget, tmp_path / "budget", corpus=synthetic_corpus, threads=1)
     records = (tmp_path / "budget" / "history.jsonl").read_text().splitlines()
     assert len(records) == 1 and json.loads(records[0])["epoch"] == 1
 
