@@ -88,7 +88,8 @@ def train(
         _fail(str(exc))
         return
     if prepare_only:
-        typer.echo(f"prepared {progress['pairs']:,} training pairs in {out}; train with --tokenizers {out}/tokenizers")
+        start = f"--init-from {init_from}" if init_from else f"--tokenizers {out}/tokenizers"
+        typer.echo(f"prepared {progress['pairs']:,} training pairs in {out}; train with {start}")
         return
     typer.echo(
         f"done: best dev BLEU {progress['best_dev_bleu']:.2f} at epoch {progress['best_epoch']}, "

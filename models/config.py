@@ -130,6 +130,9 @@ class DataConfig:
     # sides), so names, numbers and Latin words are the same pieces on both sides and a model
     # can share (tie) its embeddings (model.share_embeddings).
     joint_vocab: bool = False
+    # A TSV of synthetic pairs (models/synthetic.py: back-translations of the training splits) added
+    # to the training split only; a pair sharing a sentence with a dev or test split is dropped.
+    synthetic: str | None = None
 
     def __post_init__(self) -> None:
         if {self.source, self.target} != set(LANGUAGES):
@@ -141,6 +144,9 @@ class DataConfig:
             )
 
 
+DECAYS = ("inverse_sqrt", "linear")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 30
@@ -148,6 +154,9 @@ class TrainConfig:
     batch_tokens: int = 3000  # padded source + target tokens per batch
     lr: float = 7e-4
     warmup_steps: int = 800
+    # After the warm-up: "inverse_sqrt" (Vaswani et al.), or "linear" to zero at the end of `epochs`
+    # (or `max_steps`), which anneals a run that a time budget cut off while its rate was still high.
+    decay: str = "inverse_sqrt"
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
@@ -170,6 +179,8 @@ class TrainConfig:
     guided_head: int = 0
 
     def __post_init__(self) -> None:
+        if self.decay not in DECAYS:
+            raise ConfigError(f"train.decay is {self.decay!r}; it must be one of {', '.join(DECAYS)}")
         if self.max_minutes < 0 or self.keep_epochs < 0:
             raise ConfigError(
                 f"train.max_minutes ({self.max_minutes}) and train.keep_epochs ({self.keep_epochs}) must be >= 0"

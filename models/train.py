@@ -70,16 +70,31 @@ def log(message: str) -> None:
 
 def _training_pairs(config: RunConfig, corpus: Path) -> tuple[list[Pair], list[Pair], str]:
     """(train, dev, data hash): Tatoeba's train split, name-augmented, and the real-text train
-    split when asked; dev stays Tatoeba's (the real-text dev split chooses search settings)."""
+    split and synthetic pairs when asked; dev stays Tatoeba's (the real-text dev split chooses
+    search settings)."""
     data = config.data
     splits = split_corpus(read_corpus(corpus))
     train = splits["train"] + augment_names(splits["train"], data.name_augmentation, config.train.seed)
     digest = file_sha256(corpus)
-    if data.real_text:
-        real_path = default_real_text_path()
+    real_path = default_real_text_path() if data.real_text else None
+    if real_path is not None:
         train += split_real_text(read_corpus(real_path))["train"]
         digest = hashlib.sha256(f"{digest}+{file_sha256(real_path)}".encode()).hexdigest()
+    if data.synthetic:
+        train += held_apart(read_corpus(data.synthetic), splits, real_path)
+        digest = hashlib.sha256(f"{digest}+{file_sha256(data.synthetic)}".encode()).hexdigest()
     return train, splits["dev"], digest
+
+
+def held_apart(synthetic: list[Pair], splits: dict[str, list[Pair]], real_path: Path | None) -> list[Pair]:
+    """Synthetic pairs that share no sentence with a dev or test split (Tatoeba's, and the real
+    text's when it is trained on): whatever made them, held-out sentences stay unseen."""
+    held = [p for name in ("dev", "test") for p in splits[name]]
+    if real_path is not None:
+        real = split_real_text(read_corpus(real_path))
+        held += real["dev"] + real["test"]
+    seen = {p.en for p in held} | {p.zh for p in held}
+    return [p for p in synthetic if p.en not in seen and p.zh not in seen]
 
 
 def prepare_data(
@@ -136,10 +151,15 @@ def kept_window(out_dir: Path, best_epoch: int, size: int) -> list[Path]:
     return [p for p in paths if p.is_file()]
 
 
-def lr_at(step: int, base_lr: float, warmup: int) -> float:
-    """Linear warm-up to base_lr, then decay with the inverse square root of the step."""
-    step = max(step, 1)
-    return base_lr * min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
+def lr_at(step: int, base_lr: float, warmup: int, decay: str = "inverse_sqrt", total: int = 0) -> float:
+    """Linear warm-up to base_lr, then decay with the inverse square root of the step, or linearly
+    to zero at step `total`."""
+    step, warmup = max(step, 1), max(warmup, 1)
+    if step < warmup:
+        return base_lr * step / warmup
+    if decay == "linear":
+        return base_lr * max(total - step, 0) / max(total - warmup, 1)
+    return base_lr * math.sqrt(warmup / step)
 
 
 def dev_subset(dev: list[Pair], n: int) -> list[Pair]:
@@ -245,12 +265,13 @@ class Trainer:
         lengths = [(len(s), len(t)) for s, t in zip(self.data.src_ids, self.data.tgt_ids, strict=True)]
         batches = make_batches(lengths, cfg.batch_tokens, seed=cfg.seed + epoch)
         progress = Progress(epoch, len(batches), self.progress["batch_in_epoch"], cfg.log_every)
+        total_steps = min(cfg.max_steps or cfg.epochs * len(batches), cfg.epochs * len(batches))
         self.model.train()
         started = time.perf_counter()
         for b in range(self.progress["batch_in_epoch"], len(batches)):
             if max_steps and self.progress["step"] >= max_steps:
                 break
-            lr = lr_at(self.progress["step"] + 1, cfg.lr, cfg.warmup_steps)
+            lr = lr_at(self.progress["step"] + 1, cfg.lr, cfg.warmup_steps, cfg.decay, total_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             batch = batches[b]
@@ -363,6 +384,9 @@ def train(
     `tokenizers_from` starts with a run's tokenizers/ instead of training new ones, and
     `prepare_only` stops once the tokenizers and alignments are written: prepare here, train on a
     lent GPU (which needs no aligner when the alignments are cached in the run directory)."""
+    if tokenizers_from is not None and (resume or init_from is not None):
+        # both bring their own tokenizers, which the checkpoint's weights were trained with
+        raise TrainError("--tokenizers cannot be combined with --resume or --init-from (they bring their own)")
     torch.set_num_threads(threads or os.cpu_count() or 1)
     if isinstance(config.model, TransformerConfig):
         longest = max(config.data.max_src_tokens, config.data.max_tgt_tokens)
@@ -381,7 +405,7 @@ def train(
         start = _fine_tune_start(init_from, config)
         config = dataclasses.replace(config, model=start.config.model)
     tokenizers = (start.src_tokenizer, start.tgt_tokenizer) if start else None
-    if tokenizers_from is not None and start is None:
+    if tokenizers_from is not None:
         tokenizers = _read_tokenizers(tokenizers_from, config)
     random.seed(config.train.seed)
     _check_guide(config)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from models.config import ConfigError, RNNConfig, TransformerConfig, load_run_config, run_config_from_dict
+from models.train import lr_at
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "models" / "configs"
 
@@ -49,3 +50,11 @@ def test_invalid_values_are_explained() -> None:
 def test_config_round_trips_through_a_dict() -> None:
     config = load_run_config(CONFIG_DIR / "transformer-en-zh.toml")
     assert run_config_from_dict(config.to_dict()) == config
+
+
+def test_the_learning_rate_decays_by_inverse_sqrt_or_linearly_to_zero() -> None:
+    assert [lr_at(s, 1e-3, 400) for s in (200, 400, 1600)] == pytest.approx([5e-4, 1e-3, 5e-4])
+    linear = [lr_at(s, 1e-4, 50, "linear", 550) for s in (25, 50, 300, 550, 600)]
+    assert linear == pytest.approx([5e-5, 1e-4, 5e-5, 0.0, 0.0])
+    with pytest.raises(ConfigError, match=r"train\.decay is 'cosine'; it must be one of inverse_sqrt, linear"):
+        run_config_from_dict({"model": {"family": "rnn"}, "train": {"decay": "cosine"}})

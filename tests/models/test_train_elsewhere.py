@@ -49,6 +49,16 @@ def test_tokenizers_from_a_folder_without_them_is_refused(synthetic_corpus: Path
         train(load_run_config(TINY_CONFIG), tmp_path / "run", corpus=synthetic_corpus, tokenizers_from=tmp_path)
 
 
+@pytest.mark.parametrize("start", ["resume", "init_from"])
+def test_tokenizers_with_a_checkpoint_that_brings_its_own_are_refused(
+    synthetic_corpus: Path, tmp_path: Path, start: str
+) -> None:
+    starts = {"resume": {"resume": True}, "init_from": {"init_from": tmp_path / "best.pt"}}[start]
+    with pytest.raises(TrainError, match=r"--tokenizers cannot be combined with --resume or --init-from"):
+        config = load_run_config(TINY_CONFIG)
+        train(config, tmp_path / "run", corpus=synthetic_corpus, tokenizers_from=tmp_path, **starts)
+
+
 def test_keep_epochs_keeps_the_window_up_to_the_best_and_max_minutes_stops(
     synthetic_corpus: Path, tmp_path: Path
 ) -> None:
