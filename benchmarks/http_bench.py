@@ -9,6 +9,10 @@
 3. throughput with 1 and 16 concurrent clients (greedy), and 1 and 16 at beam 4;
 4. a short sentence's latency alone, and while 32 clients keep the server busy (p50, p99).
 
+1 is also taken request by request (engine, then HTTP, for each text), with the server's own
+log giving each request's time inside the app: that splits the overhead into socket + uvicorn
+and the app around the engine.
+
 1 and 2 are the ratios whose parts a shared machine moves most between minutes, so they are
 taken in `--rounds` interleaved rounds (engine, HTTP, offline, 32 clients, then again), and the
 ratio reported is the median of the rounds' ratios, with its range.
@@ -29,6 +33,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -84,17 +89,19 @@ class Engine:
 
 
 class Server:
-    def __init__(self, bundle: Path) -> None:
+    def __init__(self, bundle: Path, log: Path | None = None) -> None:
+        """`log`: where the server's JSON log lines go (one per request, with its duration)."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         env = {**os.environ, "MT_MAX_QUEUE": "4096", "MT_BUNDLES": str(bundle.parent)}
         script = Path(sys.executable).parent / "attention-mt"
+        self.log = log
         self.proc = subprocess.Popen(
             [str(script), "serve", "--port", str(self.port)],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if log is None else log.open("wb"),
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -121,10 +128,13 @@ class Client:
     async def connect(cls, port: int) -> Client:
         return cls(*await asyncio.open_connection("127.0.0.1", port))
 
-    async def post(self, body: bytes) -> float:
+    async def post(self, body: bytes, request_id: str = "") -> float:
         """Send a translation request; its latency in seconds."""
+        head = HEAD % len(body)
+        if request_id:  # the server logs it with its own duration
+            head = head[:-2] + b"X-Request-Id: " + request_id.encode() + b"\r\n\r\n"
         start = time.perf_counter()
-        self.writer.write(HEAD % len(body) + body)
+        self.writer.write(head + body)
         status_and_headers = await self.reader.readuntil(b"\r\n\r\n")
         if not status_and_headers.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(status_and_headers.split(b"\r\n")[0].decode())
@@ -184,6 +194,50 @@ async def probe_under_load(port: int, probe: bytes, bodies: list[bytes], clients
     return times
 
 
+async def paired_split(server: Server, engine: Engine, texts: list[str], repeats: int) -> dict[str, Any]:
+    """Batch 1, request by request: the engine in-process, then the same text over HTTP, so drift
+    between minutes cancels out. The server's log gives each request's time inside the app (from
+    the outermost middleware in to the last byte handed to uvicorn), which splits the HTTP path
+    into socket + uvicorn (client latency - app time) and the app around the engine (app - engine).
+    """
+    assert server.log is not None
+    client = await Client.connect(server.port)
+    pairs: list[tuple[str, float, float]] = []
+    try:
+        for i in range(repeats):
+            for j, text in enumerate(texts):
+                engine_s = statistics.median(await engine.latencies([text], 1))
+                request_id = f"pair{i:03d}x{j:04d}"
+                pairs.append((request_id, engine_s, await client.post(body_of(text, engine.name, 1), request_id)))
+    finally:
+        client.close()
+    app_ms = _durations(server.log)
+    rows = [(e * 1000, app_ms[rid], h * 1000) for rid, e, h in pairs if rid in app_ms]
+    med = statistics.median
+    return {
+        "requests": len(rows),
+        "engine_ms": med(e for e, _, _ in rows),
+        "app_ms": med(a for _, a, _ in rows),
+        "http_ms": med(h for _, _, h in rows),
+        "overhead_per_pair": med(h / e - 1 for e, _, h in rows),
+        "app_minus_engine_ms": med(a - e for e, a, _ in rows),
+        "socket_and_uvicorn_ms": med(h - a for _, a, h in rows),
+    }
+
+
+def _durations(log: Path) -> dict[str, float]:
+    """request id -> duration_ms, from the server's JSON log lines."""
+    out = {}
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("event") == "request" and "duration_ms" in record:
+            out[str(record.get("request_id"))] = float(record["duration_ms"])
+    return out
+
+
 def pct(times: list[float], q: float) -> float:
     return sorted(times)[min(len(times) - 1, int(q * len(times)))] * 1000
 
@@ -228,14 +282,16 @@ async def measure(server: Server, args: argparse.Namespace, texts: list[str], sh
     engine.service.scheduler.start()
     try:
         runs = await interleaved(server.port, engine, texts, args.seconds, args.rounds)
+        split = await paired_split(server, engine, texts[:40], args.rounds)
     finally:
         await engine.service.scheduler.stop()
-    r: dict[str, Any] = {"rounds": runs}
+    r: dict[str, Any] = {"rounds": runs, "batch1_paired": split}
     overhead = [h / e - 1 for h, e in zip(runs["http_ms"], runs["engine_ms"], strict=True)]
     ceiling = [c / o for c, o in zip(runs["rps_32"], runs["offline_rps"], strict=True)]
     r |= await over_http(server.port, texts, engine.name, short, args.seconds)
     r["targets"] = {
         "http_overhead (<= 0.15)": spread(overhead),
+        "http_overhead, request by request (<= 0.15)": split["overhead_per_pair"],
         "32 clients / offline batch 32 (>= 0.7)": spread(ceiling),
         "16 clients / 1 client, beam 4 (>= 3)": r["rps_16_beam4"] / r["rps_1_beam4"],
         "short p99 loaded / p50 alone (<= 3)": r["short_p99_loaded_ms"] / r["short_p50_alone_ms"],
@@ -254,11 +310,12 @@ def main() -> None:
     manifest = json.loads((args.bundle / "manifest.json").read_text())
     texts = sentences(manifest["source_lang"], args.sentences)
     r: dict[str, Any] = {"bundle": str(args.bundle), "sentences": len(texts), "seconds": args.seconds}
-    server = Server(args.bundle)
-    try:
-        r |= asyncio.run(measure(server, args, texts, SHORT[manifest["source_lang"]]))
-    finally:
-        server.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(args.bundle, log=Path(tmp) / "server.log")
+        try:
+            r |= asyncio.run(measure(server, args, texts, SHORT[manifest["source_lang"]]))
+        finally:
+            server.stop()
     print(json.dumps(r, indent=2))
     if args.out:
         args.out.write_text(json.dumps(r, indent=2) + "\n")
