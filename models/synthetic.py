@@ -20,8 +20,17 @@ import sys
 import time
 from pathlib import Path
 
-from models.data import Pair, default_corpus_path, default_real_text_path, read_corpus, split_corpus, split_real_text
+from models.data import (
+    CorpusError,
+    Pair,
+    default_corpus_path,
+    default_real_text_path,
+    read_corpus,
+    split_corpus,
+    split_real_text,
+)
 from service.engine.bundle import load_bundle
+from service.engine.errors import EngineError
 from service.engine.translator import Translator
 
 
@@ -66,10 +75,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-real-text", action="store_true", help="Tatoeba's training split only")
     parser.add_argument("--beam", type=int, default=1)
     args = parser.parse_args(argv)
-    real_text = None if args.no_real_text else default_real_text_path()
-    pairs = training_pairs(args.corpus or default_corpus_path(), real_text)
     started = time.perf_counter()
-    synthetic = translate_side(pairs, args.bundle, args.beam)
+    try:
+        real_text = None if args.no_real_text else default_real_text_path()
+        pairs = training_pairs(args.corpus or default_corpus_path(), real_text)
+        synthetic = translate_side(pairs, args.bundle, args.beam)
+    except (CorpusError, EngineError, ValueError) as exc:  # a wrong path or bundle: say which, no traceback
+        raise SystemExit(f"models.synthetic: {exc}") from exc
     write_pairs(synthetic, args.out)
     seconds = time.perf_counter() - started
     print(f"{len(synthetic):,} of {len(pairs):,} pairs translated in {seconds:.0f} s -> {args.out}", file=sys.stderr)

@@ -56,3 +56,10 @@ def test_a_run_adds_synthetic_pairs_except_those_touching_held_out_sentences(
     mixed = prepare_data(with_synthetic, synthetic_corpus, (plain.src_tokenizer, plain.tgt_tokenizer))
     assert len(mixed.src_ids) == len(plain.src_ids) + 1  # only the pair touching no held-out sentence
     assert mixed.corpus_sha256 != plain.corpus_sha256  # a resumed run notices the added data
+
+
+def test_the_command_names_a_missing_bundle(synthetic_corpus: Path, tmp_path: Path) -> None:
+    args = ["--bundle", str(tmp_path / "nope"), "--out", str(tmp_path / "bt.tsv"), "--corpus", str(synthetic_corpus)]
+    with pytest.raises(SystemExit, match=r"models\.synthetic: .*nope"):
+        main([*args, "--no-real-text"])
+    assert not (tmp_path / "bt.tsv").exists()
