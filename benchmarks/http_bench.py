@@ -97,12 +97,10 @@ class Server:
         env = {**os.environ, "MT_MAX_QUEUE": "4096", "MT_BUNDLES": str(bundle.parent)}
         script = Path(sys.executable).parent / "attention-mt"
         self.log = log
-        self.proc = subprocess.Popen(
-            [str(script), "serve", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL if log is None else log.open("wb"),
-        )
+        with open(log or os.devnull, "wb") as stderr:  # the child keeps its own copy of the handle
+            self.proc = subprocess.Popen(
+                [str(script), "serve", "--port", str(self.port)], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+            )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -206,12 +204,12 @@ async def paired_split(server: Server, engine: Engine, texts: list[str], repeats
     try:
         for i in range(repeats):
             for j, text in enumerate(texts):
-                engine_s = statistics.median(await engine.latencies([text], 1))
+                [engine_s] = await engine.latencies([text], 1)
                 request_id = f"pair{i:03d}x{j:04d}"
                 pairs.append((request_id, engine_s, await client.post(body_of(text, engine.name, 1), request_id)))
     finally:
         client.close()
-    app_ms = _durations(server.log)
+    app_ms = await _durations(server.log, {rid for rid, _, _ in pairs})
     rows = [(e * 1000, app_ms[rid], h * 1000) for rid, e, h in pairs if rid in app_ms]
     med = statistics.median
     return {
@@ -225,17 +223,22 @@ async def paired_split(server: Server, engine: Engine, texts: list[str], repeats
     }
 
 
-def _durations(log: Path) -> dict[str, float]:
-    """request id -> duration_ms, from the server's JSON log lines."""
-    out = {}
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and record.get("event") == "request" and "duration_ms" in record:
-            out[str(record.get("request_id"))] = float(record["duration_ms"])
-    return out
+async def _durations(log: Path, ids: set[str], wait_s: float = 5.0) -> dict[str, float]:
+    """request id -> duration_ms, from the server's JSON log lines. The server writes a request's
+    line after its answer, so the last lines may still be on their way: wait for them a little."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = {}
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and record.get("event") == "request" and "duration_ms" in record:
+                out[str(record.get("request_id"))] = float(record["duration_ms"])
+        if ids <= out.keys() or time.monotonic() > deadline:
+            return out
+        await asyncio.sleep(0.05)
 
 
 def pct(times: list[float], q: float) -> float:

@@ -76,24 +76,23 @@ def _training_pairs(config: RunConfig, corpus: Path) -> tuple[list[Pair], list[P
     splits = split_corpus(read_corpus(corpus))
     train = splits["train"] + augment_names(splits["train"], data.name_augmentation, config.train.seed)
     digest = file_sha256(corpus)
-    real_path = default_real_text_path() if data.real_text else None
-    if real_path is not None:
-        train += split_real_text(read_corpus(real_path))["train"]
+    held_out = splits["dev"] + splits["test"]
+    if data.real_text:
+        real_path = default_real_text_path()
+        real = split_real_text(read_corpus(real_path))
+        train += real["train"]
+        held_out += real["dev"] + real["test"]
         digest = hashlib.sha256(f"{digest}+{file_sha256(real_path)}".encode()).hexdigest()
     if data.synthetic:
-        train += held_apart(read_corpus(data.synthetic), splits, real_path)
+        train += held_apart(read_corpus(data.synthetic), held_out)
         digest = hashlib.sha256(f"{digest}+{file_sha256(data.synthetic)}".encode()).hexdigest()
     return train, splits["dev"], digest
 
 
-def held_apart(synthetic: list[Pair], splits: dict[str, list[Pair]], real_path: Path | None) -> list[Pair]:
-    """Synthetic pairs that share no sentence with a dev or test split (Tatoeba's, and the real
-    text's when it is trained on): whatever made them, held-out sentences stay unseen."""
-    held = [p for name in ("dev", "test") for p in splits[name]]
-    if real_path is not None:
-        real = split_real_text(read_corpus(real_path))
-        held += real["dev"] + real["test"]
-    seen = {p.en for p in held} | {p.zh for p in held}
+def held_apart(synthetic: list[Pair], held_out: list[Pair]) -> list[Pair]:
+    """Synthetic pairs that share no sentence with a held-out pair: whatever made them, dev and
+    test sentences stay unseen."""
+    seen = {p.en for p in held_out} | {p.zh for p in held_out}
     return [p for p in synthetic if p.en not in seen and p.zh not in seen]
 
 
@@ -265,7 +264,7 @@ class Trainer:
         lengths = [(len(s), len(t)) for s, t in zip(self.data.src_ids, self.data.tgt_ids, strict=True)]
         batches = make_batches(lengths, cfg.batch_tokens, seed=cfg.seed + epoch)
         progress = Progress(epoch, len(batches), self.progress["batch_in_epoch"], cfg.log_every)
-        total_steps = min(cfg.max_steps or cfg.epochs * len(batches), cfg.epochs * len(batches))
+        total_steps = min(cfg.max_steps, cfg.epochs * len(batches)) if cfg.max_steps else cfg.epochs * len(batches)
         self.model.train()
         started = time.perf_counter()
         for b in range(self.progress["batch_in_epoch"], len(batches)):

@@ -54,8 +54,8 @@ def test_tokenizers_with_a_checkpoint_that_brings_its_own_are_refused(
     synthetic_corpus: Path, tmp_path: Path, start: str
 ) -> None:
     starts = {"resume": {"resume": True}, "init_from": {"init_from": tmp_path / "best.pt"}}[start]
+    config = load_run_config(TINY_CONFIG)
     with pytest.raises(TrainError, match=r"--tokenizers cannot be combined with --resume or --init-from"):
-        config = load_run_config(TINY_CONFIG)
         train(config, tmp_path / "run", corpus=synthetic_corpus, tokenizers_from=tmp_path, **starts)
 
 
