@@ -89,12 +89,13 @@ class Engine:
 
 
 class Server:
-    def __init__(self, bundle: Path, log: Path | None = None) -> None:
-        """`log`: where the server's JSON log lines go (one per request, with its duration)."""
+    def __init__(self, bundle: Path, log: Path | None = None, env: dict[str, str] | None = None) -> None:
+        """`log`: where the server's JSON log lines go (one per request, with its duration); `env`:
+        settings of this server's own (MT_* variables)."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        env = {**os.environ, "MT_MAX_QUEUE": "4096", "MT_BUNDLES": str(bundle.parent)}
+        env = {**os.environ, "MT_MAX_QUEUE": "4096", "MT_BUNDLES": str(bundle.parent), **(env or {})}
         script = Path(sys.executable).parent / "attention-mt"
         self.log = log
         with open(log or os.devnull, "wb") as stderr:  # the child keeps its own copy of the handle
@@ -184,8 +185,8 @@ async def probe_under_load(port: int, probe: bytes, bodies: list[bytes], clients
     loading = asyncio.ensure_future(load(port, bodies, clients, seconds))
     await asyncio.sleep(1.0)  # let the load reach its steady state
     client = await Client.connect(port)
-    times = []
-    while not loading.done():
+    times: list[float] = []
+    while not loading.done() or not times:  # one probe at least, however late the load's end
         times.append(await client.post(probe))
     client.close()
     await loading

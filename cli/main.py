@@ -312,6 +312,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the HTTP API (settings from MT_* environment variables; options override them)."""
+    from cli.gc_tuning import tune_gc
     from cli.serve_cmd import serve as run_server
     from service.api.app import SCHEDULER_FAILURE_EXIT_CODE, create_app
     from service.api.logs import configure_logging
@@ -320,7 +321,9 @@ def serve(
     given: dict[str, Any] = {"host": host, "port": port, "bundles": bundles, "drain_settle_s": drain_settle}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
     log_config = configure_logging()
-    api = create_app(settings, exit_on_load_failure=True)
+    api = create_app(
+        settings, exit_on_load_failure=True, on_ready=lambda: tune_gc(settings.gc_freeze, settings.gc_thresholds)
+    )
     run_server(api, settings.host, settings.port, graceful_timeout, settings.drain_settle_s, log_config)
     if api.state.fatal:  # the scheduler broke: it drained, and says so to the orchestrator
         raise typer.Exit(SCHEDULER_FAILURE_EXIT_CODE)

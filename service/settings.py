@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
@@ -25,6 +25,14 @@ class Settings(BaseSettings):
     )
     enable_mem_arena: bool = True
     enable_mem_pattern: bool = True
+    gc_freeze: bool = Field(
+        True,
+        description="`serve` freezes the objects startup built (gc.freeze) once the models are warm: the "
+        "collector never scans them again",
+    )
+    gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] = Field(
+        (10_000, 50, 100), description="`serve`'s gc.set_threshold; [700, 10, 10] is Python's own"
+    )
 
     # dynamic batching
     batching: bool = True
@@ -37,7 +45,13 @@ class Settings(BaseSettings):
         "more for models whose decoder cannot take texts mid-decode (bundles from before continuous batching)",
     )
     max_queue_delay_ms: float = Field(
-        0.0, ge=0, description="extra wait for company; 0: texts that arrive while a batch runs join it"
+        0.0, ge=0, description="extra wait for company before a batch starts when none is running"
+    )
+    join_delay_ms: float = Field(
+        5.0,
+        ge=0,
+        description="while a batch runs, how long new texts may wait for company before they are encoded and join "
+        "it (the batch's steps go on meanwhile); 0: they join at the next step",
     )
     max_queue: int = Field(
         256, ge=1, description="sentences waiting at most; more get 503 + Retry-After (and one request never more)"

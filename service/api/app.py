@@ -63,6 +63,7 @@ def scheduling(settings: Settings) -> SchedulerConfig:
         max_batch=settings.max_batch_size,
         max_cohorts=settings.max_cohorts,
         max_delay_s=settings.max_queue_delay_ms / 1000,
+        join_delay_s=settings.join_delay_ms / 1000,
         max_queue=settings.max_queue,
         retry_after_s=settings.retry_after_s,
     )
@@ -147,6 +148,8 @@ async def _load_and_warm(app: FastAPI) -> None:
     app.state.service = service
     for name in sorted(catalog.models):  # first runs allocate and optimise
         await service.translate(TranslateRequest(texts=[settings.warmup_text], model=name, beam_size=1))
+    if app.state.on_ready is not None:
+        app.state.on_ready()
     app.state.ready = True
     log.info("ready: %s", ", ".join(sorted(catalog.models)), extra={"event": "ready"})
 
@@ -164,7 +167,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await app.state.service.scheduler.stop()
 
 
-def create_app(settings: Settings, exit_on_load_failure: bool = False) -> FastAPI:
+def create_app(
+    settings: Settings, exit_on_load_failure: bool = False, on_ready: Callable[[], None] | None = None
+) -> FastAPI:
+    """`exit_on_load_failure`: the process is the server's (`attention-mt serve`); `on_ready`: called
+    once, after the models are loaded and warmed up, before /readyz turns 200."""
     docs = settings.docs
     app = FastAPI(
         title="attention-mt",
@@ -183,6 +190,7 @@ def create_app(settings: Settings, exit_on_load_failure: bool = False) -> FastAP
     app.state.fatal = False
     app.state.load_error = None
     app.state.exit_on_load_failure = exit_on_load_failure
+    app.state.on_ready = on_ready
     errors.install(app)
     app.include_router(router)
     app.include_router(libretranslate.router)

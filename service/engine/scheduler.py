@@ -65,6 +65,7 @@ class SchedulerConfig:
     max_batch: int = 32  # sentences in one cohort
     max_cohorts: int = 4  # cohorts decoding at once, one step each in turn
     max_delay_s: float = 0.0  # extra wait for company before a cohort starts
+    join_delay_s: float = 0.0  # the same while a batch runs (its steps go on meanwhile)
     max_queue: int = 256  # sentences and calls waiting or being decoded
     retry_after_s: int = 1
 
@@ -219,6 +220,8 @@ class Scheduler(Generic[ResultT]):
         """Take queued sentences into new cohorts while there is room; how long to wait for company."""
         cohorts: list[tuple[Hashable, list[_Job]]] = []
         decoding = sum(len(run.pending) for run in self._running)
+        # while a batch runs, waiting costs no idle time: a short wait encodes arrivals together
+        delay = max(self.config.max_delay_s, self.config.join_delay_s) if self._running else self.config.max_delay_s
         while self._queue and len(self._running) + len(cohorts) < self.config.max_cohorts:
             first = self._queue[0]
             assert isinstance(first, _Job)  # calls were taken first
@@ -229,7 +232,7 @@ class Scheduler(Generic[ResultT]):
                 if room <= 0:
                     break
                 members = [j for j in self._queue if isinstance(j, _Job) and j.key == first.key][:room]
-                wait = first.enqueued + self.config.max_delay_s - now
+                wait = first.enqueued + delay - now
                 if len(members) < room and wait > 0 and not self._stopping:
                     return cohorts, wait
             else:

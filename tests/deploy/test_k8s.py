@@ -96,3 +96,15 @@ def test_gpu_overlay_asks_for_a_gpu_and_cuda() -> None:
     assert docs["ConfigMap"]["data"]["MT_PROVIDER"] == "cuda"
     _, cpu = build("cpu")
     assert cpu["ConfigMap"]["data"]["MT_PROVIDER"] == "cpu"
+
+
+@pytest.mark.parametrize("overlay", ["cpu", "gpu"])
+def test_every_configmap_setting_is_one_the_service_reads(overlay: str) -> None:
+    """A misspelt MT_ name would be ignored silently by the service; here it fails instead."""
+    from service.settings import Settings
+
+    _, docs = build(overlay)
+    data = docs["ConfigMap"]["data"]
+    names = {key.removeprefix("MT_").lower() for key in data if key.startswith("MT_")}
+    assert names <= set(Settings.model_fields), names - set(Settings.model_fields)
+    Settings(**{name: data[f"MT_{name.upper()}"] for name in names if name != "bundles"})  # each value parses

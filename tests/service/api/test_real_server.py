@@ -33,7 +33,7 @@ def get(url: str) -> tuple[int, dict]:
 def test_serve_over_http(bundle_dir: Path) -> None:
     port = free_port()
     script = Path(sys.executable).parent / "attention-mt"
-    env = {**os.environ, "MT_MAX_BATCH_SIZE": "8"}
+    env = {**os.environ, "MT_MAX_BATCH_SIZE": "8", "MT_GC_THRESHOLDS": "[5000, 20, 30]"}
     proc = subprocess.Popen(
         [str(script), "serve", "--port", str(port), "--bundles", str(bundle_dir)],
         cwd=PROJECT_ROOT,
@@ -71,6 +71,9 @@ def test_serve_over_http(bundle_dir: Path) -> None:
     # uvicorn finishes its shutdown, then re-raises SIGTERM so the exit status says how it ended
     assert proc.returncode in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output
+    events = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    gc_line, ready = (next(i for i, e in enumerate(events) if e.get("event") == kind) for kind in ("gc", "ready"))
+    assert gc_line < ready and "(5000, 20, 30)" in events[gc_line]["message"]  # tuned once warm, before ready
 
 
 def test_serve_refuses_a_missing_bundle_directory(tmp_path: Path) -> None:

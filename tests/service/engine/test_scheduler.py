@@ -197,6 +197,50 @@ def test_new_sentences_join_the_running_cohort_and_leave_it_as_they_finish() -> 
     assert running.finished_at[0] == running.steps == 50
 
 
+class Stepped(Joinable):
+    """A joinable cohort that takes one step per permit of `permits` (the test releases them)."""
+
+    permits = threading.Semaphore(0)
+
+    def step(self) -> list[tuple[int, list[int]]]:
+        assert self.permits.acquire(timeout=WAIT)
+        return super().step()
+
+
+@pytest.mark.parametrize("join_delay_s", [0.0, 60.0])
+def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(join_delay_s: float) -> None:
+    """Arrivals at two different steps: with no join delay each joins at the next step; with one,
+    they wait (the batch steps on) and are encoded together. An idle scheduler never waits: the
+    two start at once when the batch ends, long before 60 s."""
+    starter = Starter()
+    starter.kind = Stepped
+    Stepped.permits = permits = threading.Semaphore(0)
+
+    async def main() -> list[list[list[int]]]:
+        config = SchedulerConfig(max_batch=8, join_delay_s=join_delay_s)
+        scheduler: Scheduler[list[int]] = Scheduler(starter, config)
+        scheduler.start()
+        first = asyncio.ensure_future(scheduler.submit("m", [[1, 2, 3, 4]]))  # 4 steps
+        await until(lambda: starter.cohorts, "the first cohort")
+        permits.release()  # step 1
+        a = asyncio.ensure_future(scheduler.submit("m", [[5, 6]]))
+        await until(lambda: scheduler.depth == 2, "the first newcomer")
+        permits.release()  # step 2; then the newcomer joins (no delay) or waits
+        b = asyncio.ensure_future(scheduler.submit("m", [[7]]))
+        await until(lambda: scheduler.depth == 3, "the second newcomer")
+        for _ in range(20):
+            permits.release()
+        results = [await first, await a, await b]
+        await scheduler.stop()
+        return results
+
+    assert asyncio.run(main()) == [[[4, 3, 2, 1]], [[6, 5]], [[7]]]
+    if join_delay_s:
+        assert [c.src_ids for _, c in starter.cohorts] == [[[1, 2, 3, 4]], [[5, 6], [7]]]
+    else:
+        assert [len(c.src_ids) for _, c in starter.cohorts] == [3, 1, 1]  # both joined the first
+
+
 def test_a_full_queue_refuses_at_once_and_has_room_afterwards() -> None:
     starter = Starter()
     starter.gates["m"] = gate = threading.Event()

@@ -1,0 +1,123 @@
+"""Serving settings side by side: one server per variant, measured in interleaved rounds.
+
+    python -m benchmarks.settings_ab --bundle bundles/en-zh MT_JOIN_DELAY_MS=0 MT_JOIN_DELAY_MS=5
+    python -m benchmarks.settings_ab --bundle bundles/en-zh MT_INTRA_OP_SPINNING=true MT_INTRA_OP_SPINNING=false
+
+Each variant is a set of MT_* settings (`A=1,B=2` for several) given to a real `attention-mt
+serve` of its own; all the servers run at once and every round measures each in turn, so drift
+on a shared machine falls on every variant alike. A round takes, per server: 32 clients' greedy
+throughput, 16 clients' at beam 4, the latency of 2 clients (the cost a wait for company puts on
+light traffic), and a short sentence's p99 while 32 clients keep the server busy; at the end, each
+server's peak RSS. Reported: the median of the rounds and each round's figure, so the spread shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.http_bench import SHORT, Client, Server, body_of, load, pct, probe_under_load, sentences
+
+
+def variant(text: str) -> dict[str, str]:
+    """`MT_A=1,MT_B=2` -> {"MT_A": "1", "MT_B": "2"}; "-" for the defaults."""
+    if text == "-":
+        return {}
+    pairs = [item.partition("=") for item in re.split(r",(?=MT_)", text)]  # a value may hold commas: [1,2]
+    if any(not key.startswith("MT_") or not sep for key, sep, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MT_NAME=value[,MT_NAME=value] or -")
+    return {key: value for key, _, value in pairs}
+
+
+async def latencies(port: int, bodies: list[bytes], clients: int, seconds: float) -> list[float]:
+    """Each request's latency with `clients` connections sending back to back."""
+    stop, times = time.monotonic() + seconds, []
+
+    async def one(i: int) -> None:
+        client = await Client.connect(port)
+        k = i
+        while time.monotonic() < stop:
+            times.append(await client.post(bodies[k % len(bodies)]))
+            k += clients
+        client.close()
+
+    await asyncio.gather(*(one(i) for i in range(clients)))
+    return times
+
+
+async def one_round(
+    port: int, greedy: list[bytes], beam4: list[bytes], probe: bytes, seconds: float
+) -> dict[str, float]:
+    two = await latencies(port, greedy, 2, seconds)
+    return {
+        "rps_32": (await load(port, greedy, 32, seconds))[0],
+        "rps_16_beam4": (await load(port, beam4, 16, seconds))[0],
+        "two_clients_p50_ms": pct(two, 0.5),
+        "two_clients_p99_ms": pct(two, 0.99),
+        "short_p99_under_32_ms": pct(await probe_under_load(port, probe, greedy, 32, seconds), 0.99),
+    }
+
+
+async def measure(servers: dict[str, Server], bundle: Path, rounds: int, seconds: float) -> dict[str, Any]:
+    source = bundle.name.split("-")[0]
+    texts = sentences(source, 100)
+    greedy = [body_of(t, bundle.name, 1) for t in texts]
+    beam4 = [body_of(t, bundle.name, 4) for t in texts]
+    probe = body_of(SHORT.get(source, texts[0]), bundle.name, 1)
+    for server in servers.values():  # warm-up
+        await load(server.port, greedy, 32, 2)
+    runs: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
+    for _ in range(rounds):
+        for name, server in servers.items():
+            for figure, value in (await one_round(server.port, greedy, beam4, probe, seconds)).items():
+                runs[name].setdefault(figure, []).append(value)
+    results: dict[str, Any] = {
+        name: {figure: {"median": statistics.median(v), "rounds": v} for figure, v in figures.items()}
+        for name, figures in runs.items()
+    }
+    for name, server in servers.items():
+        peak = peak_rss_mb(server.proc.pid)
+        results[name]["peak_rss_mb"] = {"median": peak, "rounds": [peak]}
+    return results
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (Linux's VmHWM); 0 where /proc has none."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmHWM:")), 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=3.0, help="each figure's phase")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("variants", nargs="+", type=variant, help="MT_NAME=value[,MT_NAME=value], or - for defaults")
+    args = parser.parse_args()
+    names = [",".join(f"{k}={v}" for k, v in env.items()) or "defaults" for env in args.variants]
+    servers = {name: Server(args.bundle, env=env) for name, env in zip(names, args.variants, strict=True)}
+    try:
+        results = asyncio.run(measure(servers, args.bundle, args.rounds, args.seconds))
+    finally:
+        for server in servers.values():
+            server.stop()
+    for name, figures in results.items():
+        line = ", ".join(f"{figure} {r['median']:.1f} ({min(r['rounds']):.1f}-{max(r['rounds']):.1f})"
+                         for figure, r in figures.items())  # fmt: skip
+        print(f"{name}: {line}")
+    if args.out:
+        args.out.write_text(json.dumps({"bundle": str(args.bundle), "variants": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
