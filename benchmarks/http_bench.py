@@ -161,23 +161,27 @@ async def sequential(port: int, bodies: list[bytes]) -> list[float]:
         client.close()
 
 
-async def load(port: int, bodies: list[bytes], clients: int, seconds: float) -> tuple[float, float]:
-    """Sentences per second with `clients` connections sending back to back; the client's CPU seconds."""
-    stop = time.monotonic() + seconds
-    done = [0] * clients
+async def closed_loop(port: int, bodies: list[bytes], clients: int, seconds: float) -> list[float]:
+    """Each request's latency, with `clients` connections sending back to back for `seconds`."""
+    stop, times = time.monotonic() + seconds, []
 
     async def one(i: int) -> None:
         client = await Client.connect(port)
         k = i
         while time.monotonic() < stop:
-            await client.post(bodies[k % len(bodies)])
-            done[i] += 1
+            times.append(await client.post(bodies[k % len(bodies)]))
             k += clients
         client.close()
 
-    cpu, start = time.process_time(), time.monotonic()
     await asyncio.gather(*(one(i) for i in range(clients)))
-    return sum(done) / (time.monotonic() - start), time.process_time() - cpu
+    return times
+
+
+async def load(port: int, bodies: list[bytes], clients: int, seconds: float) -> tuple[float, float]:
+    """Sentences per second with `clients` connections sending back to back; the client's CPU seconds."""
+    cpu, start = time.process_time(), time.monotonic()
+    done = len(await closed_loop(port, bodies, clients, seconds))
+    return done / (time.monotonic() - start), time.process_time() - cpu
 
 
 async def probe_under_load(port: int, probe: bytes, bodies: list[bytes], clients: int, seconds: float) -> list[float]:

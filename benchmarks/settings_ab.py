@@ -18,11 +18,10 @@ import asyncio
 import json
 import re
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.http_bench import SHORT, Client, Server, body_of, load, pct, probe_under_load, sentences
+from benchmarks.http_bench import SHORT, Server, body_of, closed_loop, load, pct, probe_under_load, sentences
 
 
 def variant(text: str) -> dict[str, str]:
@@ -35,26 +34,10 @@ def variant(text: str) -> dict[str, str]:
     return {key: value for key, _, value in pairs}
 
 
-async def latencies(port: int, bodies: list[bytes], clients: int, seconds: float) -> list[float]:
-    """Each request's latency with `clients` connections sending back to back."""
-    stop, times = time.monotonic() + seconds, []
-
-    async def one(i: int) -> None:
-        client = await Client.connect(port)
-        k = i
-        while time.monotonic() < stop:
-            times.append(await client.post(bodies[k % len(bodies)]))
-            k += clients
-        client.close()
-
-    await asyncio.gather(*(one(i) for i in range(clients)))
-    return times
-
-
 async def one_round(
     port: int, greedy: list[bytes], beam4: list[bytes], probe: bytes, seconds: float
 ) -> dict[str, float]:
-    two = await latencies(port, greedy, 2, seconds)
+    two = await closed_loop(port, greedy, 2, seconds)
     return {
         "rps_32": (await load(port, greedy, 32, seconds))[0],
         "rps_16_beam4": (await load(port, beam4, 16, seconds))[0],

@@ -107,4 +107,4 @@ def test_every_configmap_setting_is_one_the_service_reads(overlay: str) -> None:
     data = docs["ConfigMap"]["data"]
     names = {key.removeprefix("MT_").lower() for key in data if key.startswith("MT_")}
     assert names <= set(Settings.model_fields), names - set(Settings.model_fields)
-    Settings(**{name: data[f"MT_{name.upper()}"] for name in names if name != "bundles"})  # each value parses
+    Settings(**{name: data[f"MT_{name.upper()}"] for name in names})  # each value parses
