@@ -113,6 +113,7 @@ class _Call(_Item):
 @dataclass(eq=False)
 class _Running(Generic[ResultT]):
     cohort: Stepper[ResultT]
+    group: Hashable  # the model: only its sentences may join this batch
     jobs: list[_Job]  # sentence i of the cohort is jobs[i]
     pending: set[int]  # sentences not answered yet
 
@@ -124,8 +125,11 @@ class Scheduler(Generic[ResultT]):
         config: SchedulerConfig,
         on_batch: Callable[[int], None] = lambda size: None,
         on_fatal: Callable[[BaseException], None] = lambda exc: None,
+        group: Callable[[Hashable], Hashable] = lambda key: key,
     ) -> None:
+        """`group(key)`: the batches a key's sentences may join (the model, whatever the search options)."""
         self.start_cohort, self.config, self.on_batch, self.on_fatal = start_cohort, config, on_batch, on_fatal
+        self.group = group
         self._cv = threading.Condition()
         self._queue: deque[_Job | _Call] = deque()
         self._running: list[_Running[ResultT]] = []
@@ -220,11 +224,15 @@ class Scheduler(Generic[ResultT]):
         """Take queued sentences into new cohorts while there is room; how long to wait for company."""
         cohorts: list[tuple[Hashable, list[_Job]]] = []
         decoding = sum(len(run.pending) for run in self._running)
-        # while a batch runs, waiting costs no idle time: a short wait encodes arrivals together
-        delay = max(self.config.max_delay_s, self.config.join_delay_s) if self._running else self.config.max_delay_s
+        running = {run.group for run in self._running}
         while self._queue and len(self._running) + len(cohorts) < self.config.max_cohorts:
             first = self._queue[0]
             assert isinstance(first, _Job)  # calls were taken first
+            # while a batch they can join runs, waiting costs no idle time: a short wait encodes
+            # arrivals together; a model with nothing running starts at once
+            delay = self.config.max_delay_s
+            if self.group(first.key) in running:
+                delay = max(delay, self.config.join_delay_s)
             if self.config.batching:
                 # rows free up as sentences finish: new ones take their places, so all cohorts
                 # together decode at most max_batch sentences (one full batch's worth of work)
@@ -268,6 +276,8 @@ class Scheduler(Generic[ResultT]):
             self._fail(jobs, exc)
             return
         for run in self._running if self.config.batching else []:
+            if run.group != self.group(key):
+                continue
             try:
                 first = run.cohort.join(cohort)
             except Exception as exc:  # the running batch is intact only if the merge never happened
@@ -278,7 +288,7 @@ class Scheduler(Generic[ResultT]):
                 run.jobs += jobs
                 run.pending |= set(range(first, first + len(jobs)))
                 return
-        self._running.append(_Running(cohort, jobs, set(range(len(jobs)))))
+        self._running.append(_Running(cohort, self.group(key), jobs, set(range(len(jobs)))))
 
     def _step_all(self) -> None:
         for run in list(self._running):

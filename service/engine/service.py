@@ -67,7 +67,11 @@ class TranslationService:
     ) -> None:
         self.catalog, self.limits = catalog, limits
         self.scheduler: Scheduler[list[Hypothesis]] = Scheduler(
-            self._start_cohort, scheduling, on_batch or (lambda n: None), on_fatal or (lambda exc: None)
+            self._start_cohort,
+            scheduling,
+            on_batch or (lambda n: None),
+            on_fatal or (lambda exc: None),
+            group=lambda key: cast(tuple[str, SearchOptions], key)[0],  # (model, search options)
         )
 
     # 0) which model

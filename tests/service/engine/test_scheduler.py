@@ -174,7 +174,8 @@ def test_new_sentences_join_the_running_cohort_and_leave_it_as_they_finish() -> 
     starter.gates["m"] = gate = threading.Event()
 
     async def main() -> None:
-        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_batch=8))
+        # the keys stand for search options of one model: "m" and "x" may share a batch
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_batch=8), group=lambda key: "model")
         scheduler.start()
         long = asyncio.ensure_future(scheduler.submit("m", [list(range(50))]))
         await until(lambda: starter.cohorts, "the long cohort")
@@ -239,6 +240,34 @@ def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(join
         assert [c.src_ids for _, c in starter.cohorts] == [[[1, 2, 3, 4]], [[5, 6], [7]]]
     else:
         assert [len(c.src_ids) for _, c in starter.cohorts] == [3, 1, 1]  # both joined the first
+
+
+def test_a_model_with_nothing_running_never_waits_for_another_models_batch() -> None:
+    """The join delay is for sentences that can join the running batch: one of another model starts
+    at the next step even with a 60 s delay (a wrong wait would time this test out)."""
+    starter = Starter()
+    starter.kind = Stepped
+    Stepped.permits = permits = threading.Semaphore(0)
+
+    async def main() -> list[list[list[int]]]:
+        config = SchedulerConfig(max_batch=8, join_delay_s=60.0)
+        scheduler: Scheduler[list[int]] = Scheduler(starter, config, group=lambda key: key[0])
+        scheduler.start()
+        running = asyncio.ensure_future(scheduler.submit(("en-zh", "greedy"), [[1, 2, 3]]))
+        await until(lambda: starter.cohorts, "the first cohort")
+        other = asyncio.ensure_future(scheduler.submit(("zh-en", "greedy"), [[4, 5]]))
+        await until(lambda: scheduler.depth == 2, "the other model's sentence")
+        permits.release()  # step 1 of the running batch; the other model starts right after it
+        await until(lambda: len(starter.cohorts) == 2, "the other model's cohort")
+        for _ in range(10):
+            permits.release()
+        results = [await running, await other]
+        await scheduler.stop()
+        return results
+
+    assert asyncio.run(main()) == [[[3, 2, 1]], [[5, 4]]]
+    assert [key for key, _ in starter.cohorts] == [("en-zh", "greedy"), ("zh-en", "greedy")]
+    assert [len(c.src_ids) for _, c in starter.cohorts] == [1, 1]  # a batch never takes another model's rows
 
 
 def test_a_full_queue_refuses_at_once_and_has_room_afterwards() -> None:
