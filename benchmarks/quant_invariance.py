@@ -5,7 +5,7 @@ tensor. Their int8 weights are the model's weights, so every candidate is a rewr
 graphs (export/invariant_quant.py), taken from a git revision that still has them:
 
 - `dynamic`: as shipped before (per-tensor activation scales), the baseline;
-- `per_row`: one activation scale per row, uint8 x uint8 MatMulInteger (what exports now write);
+- `per_row`: one activation scale per row (7 bits), uint8 x int8 MatMulInteger (what exports now write);
 - `weight_only`: int8 on disk, dequantized to fp32 when the session loads, fp32 MatMuls;
 - `nbits`: com.microsoft MatMulNBits, 8 bits, int8 compute with per-block activation scales;
 - `static`: one fixed scale per activation tensor, calibrated (min/max) on 512 training sentences.

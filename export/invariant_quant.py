@@ -67,6 +67,7 @@ class Graph:
                 self.consumers.setdefault(i, []).append(n)
         self.row_quantized: set[str] = set()  # activations already quantized row by row
         self.zero_points: dict[str, int] = {}  # weight zero points as they were before the rewrite
+        self.signed: set[str] = set()  # weights rewritten to int8 around 0 already
 
     def only_consumer(self, name: str, op_type: str) -> NodeProto:
         users = self.consumers.get(name, [])
@@ -89,23 +90,26 @@ Shapes = dict[str, list[str | int]]  # dims by tensor name, symbols by name
 
 
 def find_quantized_matmuls(graph: onnx.GraphProto) -> list[QuantizedMatMul]:
-    """Every dynamic-int8 MatMul of `graph`, in node order."""
+    """Every int8 MatMul of `graph`, in node order: quantize_dynamic's (per tensor) or per_row's."""
     g = Graph(graph)
     found = []
     for node in graph.node:
         if node.op_type != "MatMulInteger":
             continue
-        dql = g.producer.get(node.input[0])
-        if dql is None or dql.op_type != "DynamicQuantizeLinear":
-            raise RewriteError(f"{node.name}: its activation is not from a DynamicQuantizeLinear")
         if node.input[1] not in g.inits or len(node.input) < 4:
             raise RewriteError(f"{node.name}: its weight is not an initializer with a zero point")
         cast = g.only_consumer(node.output[0], "Cast")
         mul = g.only_consumer(cast.output[0], "Mul")
-        scales = g.producer[next(i for i in mul.input if i != cast.output[0])]  # Mul(x_scale, w_scale)
-        w_scale = next(i for i in scales.input if i != dql.output[1])
+        scales = g.producer[next(i for i in mul.input if i != cast.output[0])]
+        dql = g.producer.get(node.input[0])
+        if dql is not None and dql.op_type == "DynamicQuantizeLinear":  # Mul(x_scale, w_scale)
+            activation, w_scale = dql.input[0], next(i for i in scales.input if i != dql.output[1])
+        elif node.input[0].endswith(f"{ROW_QUANT}/q"):  # Div(row_range, Div(levels, w_scale))
+            activation, w_scale = node.input[0].removesuffix(f"{ROW_QUANT}/q"), g.producer[scales.input[1]].input[1]
+        else:
+            raise RewriteError(f"{node.name}: its activation is neither per tensor nor per row")
         chain = (node, cast, mul)
-        found.append(QuantizedMatMul(dql.input[0], node.input[1], w_scale, node.input[3], mul.output[0], chain))
+        found.append(QuantizedMatMul(activation, node.input[1], w_scale, node.input[3], mul.output[0], chain))
     return found
 
 
@@ -137,7 +141,12 @@ def rewrite_matmuls(model: onnx.ModelProto, builder: Builder) -> onnx.ModelProto
 
 def batch_invariant(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` made batch-invariant: dynamic-int8 MatMuls per row, sums over the padded axis in order."""
-    model = rewrite_matmuls(model, per_row) if _dynamic(model) else _copy(model)
+    if _dynamic(model):
+        model = rewrite_matmuls(model, per_row)
+    elif first_per_row(model):
+        model = seven_bit_per_row(model)
+    else:
+        model = _copy(model)
     for axis in PADDED_AXES:
         make_padding_invariant(model, axis)
     return model
@@ -155,14 +164,15 @@ def batch_invariant_file(src: Path, dst: Path) -> None:
 
 
 def per_row(m: QuantizedMatMul, g: Graph) -> list[NodeProto]:
-    """x (..., K) quantized with one scale per row; y = (q - zq) @ (W_u8 - 128) in int32, times the
-    row's range over its levels and the weight's scale. Each row uses only its own values.
+    """x (..., K) quantized with one scale per row; y = (q - zq) @ W_s8 in int32, times the row's
+    range over its levels and the weight's scale. Each row uses only its own values.
 
-    Both sides are uint8, the weight being the same int8 weight shifted by 128: on AVX2 onnxruntime's
-    u8s8 kernel saturates 16-bit pair sums (255 * 127 * 2 > 32767) and its s8s8 and s8u8 kernels are
-    not prepacked (15x slower for one row); u8u8 is exact, and as fast as the dynamic graphs' kernel."""
+    uint8 activations below 128 against the int8 weight: onnxruntime's u8s8 kernel is its fastest
+    (2.1x its u8u8 kernel at 32 rows here), and with activations under 128 its AVX2 path, which adds
+    pairs of u8 x s8 products in saturating 16 bits, cannot saturate (127 * 128 * 2 = 32,512 <
+    32,767): the same exact result on AVX2, AVX-512 and VNNI machines."""
     nodes, q, row_range, zero_point, levels = _row_quantized(m.activation, g)  # shared by q, k and v
-    weight, weight_zero_point = _unsigned_weight(m, g)
+    weight, weight_zero_point = _signed_weight(m.weight, m.weight_zero_point, g)
     p = f"{m.output}{ROW_QUANT}"
     # out_scale = range / (levels / w_scale), with Divs: onnxruntime fuses Cast -> Mul(Mul(a_scale,
     # b_scale)) -> Add(bias) into MatMulIntegerToFloat, whose kernel is wrong for a per-row a_scale with
@@ -181,14 +191,14 @@ def _row_quantized(x: str, g: Graph) -> tuple[list[NodeProto], str, str, str, in
     """Nodes quantizing x (..., K) row by row, the first time x is seen; the names of q, the rows'
     ranges (..., 1) and the zero point, and how many levels a range spans.
 
-    Symmetric: q = round(x / s) + 128, s = max|x| / 127. A ReLU's output is never negative, so it
-    takes all 256 levels instead: q = round(x / s), s = max x / 255 (what asymmetric quantization
-    would pick for it)."""
+    Seven bits, so that q < 128 (see per_row). Symmetric: q = round(x / s) + 64, s = max|x| / 63. A
+    ReLU's output is never negative, so it takes all 128 levels instead: q = round(x / s),
+    s = max x / 127 (what asymmetric quantization would pick for it)."""
     p = f"{x}{ROW_QUANT}"
     producer = g.producer.get(x)
     unsigned = producer is not None and producer.op_type == "Relu"
     q, scale, row_range = f"{p}/q", f"{p}/scale", f"{p}/range"
-    zero_point, levels = (f"{ROW_QUANT}/u8_0", 255) if unsigned else (f"{ROW_QUANT}/u8_128", 127)
+    zero_point, levels = (f"{ROW_QUANT}/u8_0", 127) if unsigned else (f"{ROW_QUANT}/u8_64", 63)
     if x in g.row_quantized:
         return [], q, row_range, zero_point, levels
     g.row_quantized.add(x)
@@ -199,11 +209,11 @@ def _row_quantized(x: str, g: Graph) -> tuple[list[NodeProto], str, str, str, in
         helper.make_node("ReduceMax", [magnitude, f"{ROW_QUANT}/last_axis"], [f"{p}/max"]),  # (..., 1)
         helper.make_node("Max", [f"{p}/max", f"{ROW_QUANT}/tiny"], [row_range]),  # an all-zero row
         helper.make_node("Div", [row_range, f"{ROW_QUANT}/{levels}"], [scale]),  # (..., 1)
-        helper.make_node("Div", [x, scale], [f"{p}/scaled"]),  # (..., K) in [-127, 127] or [0, 255]
+        helper.make_node("Div", [x, scale], [f"{p}/scaled"]),  # (..., K) in [-63, 63] or [0, 127]
         helper.make_node("Round", [f"{p}/scaled"], [f"{p}/rounded"]),
     ]
     if not unsigned:
-        nodes.append(helper.make_node("Add", [f"{p}/rounded", f"{ROW_QUANT}/128"], [f"{p}/shifted"]))
+        nodes.append(helper.make_node("Add", [f"{p}/rounded", f"{ROW_QUANT}/64"], [f"{p}/shifted"]))
     nodes.append(helper.make_node("Cast", [nodes[-1].output[0]], [q], to=TensorProto.UINT8))
     return nodes, q, row_range, zero_point, levels
 
@@ -211,25 +221,65 @@ def _row_quantized(x: str, g: Graph) -> tuple[list[NodeProto], str, str, str, in
 def _add_row_constants(g: Graph) -> None:
     g.add_constant(f"{ROW_QUANT}/last_axis", np.array([-1], np.int64))
     g.add_constant(f"{ROW_QUANT}/tiny", np.array(1e-30, np.float32))
-    for value in (127, 128, 255):
+    for value in (63, 64, 127):
         g.add_constant(f"{ROW_QUANT}/{value}", np.array(value, np.float32))
     g.add_constant(f"{ROW_QUANT}/u8_0", np.array(0, np.uint8))
-    g.add_constant(f"{ROW_QUANT}/u8_128", np.array(128, np.uint8))
+    g.add_constant(f"{ROW_QUANT}/u8_64", np.array(64, np.uint8))
 
 
-def _unsigned_weight(m: QuantizedMatMul, g: Graph) -> tuple[str, str]:
-    """The int8 weight as uint8 with zero point 128 (the same values), under the same names:
-    `import-bundle` reads any quantized weight back as (q - zero_point) * scale."""
-    weight = g.inits[m.weight]
-    if weight.data_type != TensorProto.UINT8:
-        readers = {n.op_type for n in g.consumers[m.weight]}
-        if readers != {"MatMulInteger"}:
-            raise RewriteError(f"{m.weight}: also read by {sorted(readers - {'MatMulInteger'})}")
-        zero_point = g.zero_points.setdefault(m.weight_zero_point, int(g.array(m.weight_zero_point)))
-        w = g.array(m.weight).astype(np.int16) - zero_point  # (K, N) in [-127, 127]
-        weight.CopyFrom(numpy_helper.from_array((w + 128).astype(np.uint8), m.weight))
-        g.inits[m.weight_zero_point].CopyFrom(numpy_helper.from_array(np.array(128, np.uint8), m.weight_zero_point))
-    return m.weight, m.weight_zero_point
+def _signed_weight(name: str, zero_point_name: str, g: Graph) -> tuple[str, str]:
+    """The weight as int8 with zero point 0 (the same values), under the same names: `import-bundle`
+    reads any quantized weight back as (q - zero_point) * scale. quantize_dynamic's QInt8 weights
+    are that already; the uint8 weights of the first per_row graphs (shifted by 128) become it."""
+    if name in g.signed:  # one weight read by several MatMuls
+        return name, zero_point_name
+    g.signed.add(name)
+    weight = g.inits[name]
+    readers = {n.op_type for n in g.consumers[name]}
+    if readers != {"MatMulInteger"}:
+        raise RewriteError(f"{name}: also read by {sorted(readers - {'MatMulInteger'})}")
+    zero_point = g.zero_points.setdefault(zero_point_name, int(g.array(zero_point_name)))
+    w = g.array(name).astype(np.int16) - zero_point  # (K, N)
+    if w.min() < -128 or w.max() > 127:
+        raise RewriteError(f"{name}: values {w.min()}..{w.max()} do not fit int8 around zero point 0")
+    if weight.data_type != TensorProto.INT8 or zero_point != 0:
+        weight.CopyFrom(numpy_helper.from_array(w.astype(np.int8), name))
+        g.inits[zero_point_name].CopyFrom(numpy_helper.from_array(np.array(0, np.int8), zero_point_name))
+    return name, zero_point_name
+
+
+# --- the per_row graphs first shipped (8-bit activations, uint8 weights) --------------------------
+
+# their constants, and what replaces each: rows spanned 127 levels (ReLU rows 255), shifted by 128
+FIRST_PER_ROW = {
+    f"{ROW_QUANT}/127": f"{ROW_QUANT}/63",
+    f"{ROW_QUANT}/255": f"{ROW_QUANT}/127",
+    f"{ROW_QUANT}/128": f"{ROW_QUANT}/64",
+    f"{ROW_QUANT}/u8_128": f"{ROW_QUANT}/u8_64",
+}
+
+
+def first_per_row(model: onnx.ModelProto) -> bool:
+    """Whether `model` is a per_row graph as first shipped: uint8 x uint8, 8-bit activations."""
+    return any(i.name == f"{ROW_QUANT}/u8_128" for i in model.graph.initializer)
+
+
+def seven_bit_per_row(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A first per_row graph in today's form: the same int8 weights (stored signed), each row's
+    activation quantized to 7 bits instead of 8 (u8 x s8, see per_row). Every row-quantize chain and
+    every rescale reads the same level constants, so renaming them (in one pass, each input once)
+    changes all of them consistently."""
+    model = _copy(model)
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = FIRST_PER_ROW.get(name, name)
+    g = Graph(model.graph)
+    _add_row_constants(g)
+    for node in model.graph.node:
+        if node.op_type == "MatMulInteger" and node.input[1] in g.inits:
+            _signed_weight(node.input[1], node.input[3], g)
+    _prune(model.graph)
+    return model
 
 
 # --- the forms measured against it ---------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Rewrite an int8 bundle written with per-tensor dynamic quantization into the batch-invariant form.
+"""Rewrite an int8 bundle into today's batch-invariant form: from per-tensor dynamic quantization, or
+from the first per-row form (8-bit activations, uint8 x uint8; export/invariant_quant.py).
 
 `python -m export.requantize bundles/en-zh [...]`. Its int8 weights are kept as they are (they are
 the model's weights); each MatMul's activation becomes quantized per row, one-row MatMuls over the
@@ -20,7 +21,13 @@ from pathlib import Path
 import onnx
 
 from export.bundle_writer import ExportError, place, staging_dir, write_manifest
-from export.invariant_quant import batch_invariant_file, make_padding_invariant, rewrite_matmuls, weight_only
+from export.invariant_quant import (
+    batch_invariant_file,
+    first_per_row,
+    make_padding_invariant,
+    rewrite_matmuls,
+    weight_only,
+)
 from export.quantize import METHOD, measure_int8
 from models.data import default_corpus_path, read_corpus, split_corpus
 from service.engine.bundle import Bundle, load_bundle
@@ -33,8 +40,8 @@ def requantize_bundle(bundle_dir: Path, corpus: Path | None = None, rounds: int 
     bundle = load_bundle(bundle_dir)
     m = bundle.manifest
     graphs = [m.graphs.encoder.file, m.graphs.decoder.file]
-    if m.quantization.mode != "int8" or not _dynamic(bundle, graphs):
-        raise ExportError(f"{bundle_dir}: not an int8 bundle with per-tensor dynamic quantization")
+    if m.quantization.mode != "int8" or not _rewritable(bundle, graphs):
+        raise ExportError(f"{bundle_dir}: not an int8 bundle with per-tensor or first per-row quantization")
     dev = split_corpus(read_corpus(corpus or default_corpus_path()))["dev"]
     sources, references = [p.text(m.source_lang) for p in dev], [p.text(m.target_lang) for p in dev]
     staged = staging_dir(bundle_dir)
@@ -65,8 +72,9 @@ def requantize_bundle(bundle_dir: Path, corpus: Path | None = None, rounds: int 
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def _dynamic(bundle: Bundle, graphs: list[str]) -> bool:
-    return any(n.op_type == "DynamicQuantizeLinear" for g in graphs for n in onnx.load(str(bundle.file(g))).graph.node)
+def _rewritable(bundle: Bundle, graphs: list[str]) -> bool:
+    models = [onnx.load(str(bundle.file(g))) for g in graphs]
+    return any(first_per_row(m) or any(n.op_type == "DynamicQuantizeLinear" for n in m.graph.node) for m in models)
 
 
 def _dequantized(bundle: Bundle, directory: Path, fields: dict[str, object]) -> Translator:

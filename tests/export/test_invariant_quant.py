@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from export.bundle_writer import write_manifest
-from export.invariant_quant import batch_invariant, padding_invariant
+from export.invariant_quant import FIRST_PER_ROW, batch_invariant, first_per_row, padding_invariant, seven_bit_per_row
 from export.pipeline import ExportOptions, export_run
 from export.quantize import OP_TYPES, batching_changes
 from export.requantize import requantize_bundle
@@ -76,15 +76,73 @@ def test_per_row_int8_computes_each_row_with_its_own_scale(tmp_path: Path, level
         assert np.array_equal(dequantized(rewritten, name), dequantized(dynamic, name))
     x = RNG.standard_normal((3, 5, 32)).astype(np.float32)
     x[1, 2] *= 40  # one loud row: per-tensor scales would coarsen every other row
-    h = per_row_reference(x.astype(np.float64), 127) @ dequantized(dynamic, "w1") + numpy_helper.to_array(
+    h = per_row_reference(x.astype(np.float64), 63) @ dequantized(dynamic, "w1") + numpy_helper.to_array(
         next(i for i in dynamic.graph.initializer if i.name == "b1")
     )
-    want = per_row_reference(np.maximum(h, 0), 255) @ dequantized(dynamic, "w2")  # ReLU rows take 0..255
+    want = per_row_reference(np.maximum(h, 0), 127) @ dequantized(dynamic, "w2")  # ReLU rows take 0..127
     got = run(rewritten, {"x": x}, level)
     # With all optimizations too: onnxruntime's MatMulIntegerToFloat fusion is wrong for a per-row
     # scale with a bias, and the rewrite must not let it happen.
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
     assert np.array_equal(run(rewritten, {"x": x[1:2]}, level), got[1:2])  # a row alone: the same bits
+
+
+def as_first_shipped(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A per_row graph as the bundles first shipped it: 8-bit activations (levels 127, ReLU 255,
+    shifted by 128), uint8 weights with zero point 128 (the same values)."""
+    old = onnx.ModelProto()
+    old.CopyFrom(model)
+    back = {new: first for first, new in FIRST_PER_ROW.items()}
+    for node in old.graph.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = back.get(name, name)
+    weights = {n.input[1]: n.input[3] for n in old.graph.node if n.op_type == "MatMulInteger"}
+    values = {"/row_quant/127": np.float32(127), "/row_quant/255": np.float32(255), "/row_quant/128": np.float32(128)}
+    inits = {i.name: i for i in old.graph.initializer}
+    for name, value in [*values.items(), ("/row_quant/u8_128", np.uint8(128))]:
+        if name in inits:
+            inits[name].CopyFrom(numpy_helper.from_array(np.array(value), name))
+        else:
+            old.graph.initializer.append(numpy_helper.from_array(np.array(value), name))
+    for weight, zero_point in weights.items():
+        w = numpy_helper.to_array(inits[weight]).astype(np.int16) + 128
+        inits[weight].CopyFrom(numpy_helper.from_array(w.astype(np.uint8), weight))
+        inits[zero_point].CopyFrom(numpy_helper.from_array(np.array(128, np.uint8), zero_point))
+    return old
+
+
+def test_the_first_per_row_graphs_become_seven_bit_with_the_same_weights(tmp_path: Path) -> None:
+    dynamic = two_layer_int8(tmp_path)
+    today = batch_invariant(dynamic)
+    first = as_first_shipped(today)
+    assert first_per_row(first) and not first_per_row(today)
+    x = RNG.standard_normal((3, 5, 32)).astype(np.float32)
+    b1 = numpy_helper.to_array(next(i for i in dynamic.graph.initializer if i.name == "b1"))
+    h = per_row_reference(x.astype(np.float64), 127) @ dequantized(dynamic, "w1") + b1
+    want = per_row_reference(np.maximum(h, 0), 255) @ dequantized(dynamic, "w2")  # 8 bits: what it computed
+    np.testing.assert_allclose(run(first, {"x": x}, LEVELS.ORT_ENABLE_ALL), want, atol=1e-4 * np.abs(want).max())
+    upgraded = seven_bit_per_row(first)
+    for name in ("w1", "w2"):  # the same weights, stored signed
+        assert np.array_equal(dequantized(upgraded, name), dequantized(dynamic, name))
+        assert (
+            next(i for i in upgraded.graph.initializer if i.name == f"{name}_quantized").data_type == TensorProto.INT8
+        )
+    assert not first_per_row(upgraded) and batch_invariant(first) is not first
+    assert sorted(n.op_type for n in upgraded.graph.node) == sorted(n.op_type for n in today.graph.node)
+    assert np.array_equal(run(upgraded, {"x": x}, LEVELS.ORT_ENABLE_ALL), run(today, {"x": x}, LEVELS.ORT_ENABLE_ALL))
+
+
+def test_row_quantized_activations_stay_under_128_so_avx2_cannot_saturate(tmp_path: Path) -> None:
+    """u8 x s8 on AVX2 adds pairs of products in saturating 16 bits: exact only while q < 128."""
+    model = batch_invariant(two_layer_int8(tmp_path))
+    q_names = [n.input[0] for n in model.graph.node if n.op_type == "MatMulInteger"]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(helper.make_tensor_value_info(q, TensorProto.UINT8, None) for q in q_names)
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = RNG.standard_normal((4, 6, 32)).astype(np.float32) * 50
+    for q in session.run(q_names, {"x": x}):
+        assert q.max() <= 127 and q.max() >= 120  # the loudest value of a row takes the top level
 
 
 def test_one_row_matmuls_over_the_padded_axis_ignore_padding() -> None:
@@ -147,17 +205,20 @@ def test_an_fp32_export_is_checked_too(
     assert_batch_invariant(Translator(bundle))
 
 
-def test_requantize_rewrites_a_per_tensor_bundle_in_place(
-    tmp_path: Path, synthetic_corpus: Path, en_tokenizer: Tokenizer, zh_tokenizer: Tokenizer
+@pytest.mark.parametrize("form", ["per-tensor", "first per-row"])
+def test_requantize_rewrites_an_older_int8_bundle_in_place(
+    form: str, tmp_path: Path, synthetic_corpus: Path, en_tokenizer: Tokenizer, zh_tokenizer: Tokenizer
 ) -> None:
     run_dir = make_run(tmp_path / "run", "transformer", synthetic_corpus, en_tokenizer, zh_tokenizer)
     fp32 = export_run(run_dir, tmp_path / "fp32", ExportOptions(quality_split=None, alignment=False))
-    old = tmp_path / "old"  # int8 as bundles were quantized before: per-tensor dynamic
+    old = tmp_path / "old"  # int8 as bundles were quantized before: per-tensor dynamic, or 8-bit rows
     shutil.copytree(fp32.path, old)
     for graph in ("encoder.onnx", "decoder.onnx"):
         quantize_dynamic(
             str(fp32.file(graph)), str(old / graph), weight_type=QuantType.QInt8, op_types_to_quantize=OP_TYPES
         )
+        if form == "first per-row":
+            onnx.save(as_first_shipped(batch_invariant(onnx.load(str(old / graph)))), str(old / graph))
     fields = fp32.manifest.model_dump(exclude={"files"})
     fields["quantization"] = {"mode": "int8", "method": "dynamic", "bleu_fp32": 12.5, "size_fp32": 1000}
     write_manifest(old, fields)
@@ -169,4 +230,7 @@ def test_requantize_rewrites_a_per_tensor_bundle_in_place(
     assert q.bleu_int8 is not None and q.bleu_delta == round(q.bleu_int8 - 12.5, 2)
     assert q.speedup is not None and q.speedup > 0
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        model = onnx.load(str(bundle.file(graph)))
+        assert not first_per_row(model) and "DynamicQuantizeLinear" not in {n.op_type for n in model.graph.node}
     assert_batch_invariant(Translator(bundle))
