@@ -136,6 +136,7 @@ class OnnxSeq2Seq:
             raise BundleInvalid(bundle.path, [f"state {name}: {need}" for name in unwritable])
         # sentences can join a running batch unless rows share one position (a cache that grows by concat)
         self.joinable = not any(d == LEGACY_CACHE_AXIS for s in state_inputs for _, d in self.axes[s])
+        self._spare: dict[str, npt.NDArray[Any]] = {}  # a state tensor a beam reshuffle left, for the next
         special, search = bundle.manifest.special_ids, bundle.manifest.search
         suppressed = (special.pad, special.bos) if search.suppressed_ids is None else search.suppressed_ids
         self.suppressed, self.renormalize = tuple(dict.fromkeys(suppressed)), search.renormalize
@@ -220,16 +221,30 @@ class OnnxSeq2Seq:
         origin = np.arange(len(state.src_pad_mask)) if state.origin is None else state.origin
         new_origin = origin[rows]
         if len(new_origin) == len(origin) and bool(np.array_equal(new_origin, origin)):
-            sizes: dict[str, int] = {}
-            mask, statics = state.src_pad_mask, state.statics
-        else:  # sentences left: what only they needed (a longer source, cache slots) goes too
-            sizes = self._needed(state, rows)
-            mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
-            statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items()}
+            tensors = {s.input: self._reshuffled(s.input, state.state[s.input], rows, s.batch_axis)
+                       for s in self.state_specs}  # fmt: skip
+            return OnnxState(state.src_pad_mask, state.statics, tensors, state.extras, new_origin)
+        # sentences left: what only they needed (a longer source, cache slots) goes too
+        sizes = self._needed(state, rows)
+        mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
+        statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items()}
         tensors = {
             s.input: self._take(s.input, state.state[s.input], rows, s.batch_axis, sizes) for s in self.state_specs
         }
         return OnnxState(mask, statics, tensors, state.extras, new_origin)
+
+    def _reshuffled(self, name: str, x: npt.NDArray[Any], rows: IntArray, batch_axis: int) -> npt.NDArray[Any]:
+        """x's rows in a new order, written into the array of that shape the previous reshuffle left
+        (its state was replaced, and the search that held it dropped it), not into a fresh one: at
+        batch 32 fresh arrays were megabytes of new pages a step, faulted in and zeroed by the kernel,
+        about half a reorder's cost. mode="clip" (the rows are in range): with "raise" numpy
+        copies through a buffer of its own."""
+        spare = self._spare.get(name)
+        if spare is None or spare.shape != x.shape or spare.dtype != x.dtype or spare is x:
+            spare = np.empty_like(x)
+        out = np.take(x, rows, axis=batch_axis, out=spare, mode="clip")
+        self._spare[name] = x
+        return out
 
     def _needed(self, state: OnnxState, rows: IntArray) -> dict[str, int]:
         """The source width and cache slots the selected rows still need, where that is less than now."""

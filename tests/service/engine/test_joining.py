@@ -93,3 +93,23 @@ def test_a_part_whose_callers_all_left_goes_and_the_rest_decode_on(bundle_dir: P
     decoded(cohort, found)
     assert sorted(found) == [0, 1, 2, 3]
     assert [found[i].tokens for i in range(4)] == [h.tokens for h in alone]
+
+
+def test_beam_cohorts_stepping_in_turn_on_one_model_keep_their_own_caches(bundle_dir: Path) -> None:
+    """A beam reshuffle writes into the arrays the previous reshuffle left (OnnxSeq2Seq._reshuffled),
+    whichever cohort left them: two cohorts of one model, of one shape, stepping in turn, must each
+    still get what every sentence gets alone."""
+    translator = Translator(load_bundle(bundle_dir / "en-zh-int8"))
+    ids = sources(translator)[:10]
+    options = translator.options(beam_size=3)
+    alone = [translator.search_ids([i], options)[0][0] for i in ids]
+    cohorts = [translator.begin(ids[:5], options), translator.begin(ids[5:], options)]
+    found: list[dict[int, Hypothesis]] = [{}, {}]
+    while not all(c.done for c in cohorts):
+        for cohort, results in zip(cohorts, found, strict=True):
+            results |= {s: nbest[0] for s, nbest in cohort.step()}
+    got = [found[0][i] for i in range(5)] + [found[1][i] for i in range(5)]
+    assert translator.model._spare  # the reshuffles did reuse arrays
+    for hypothesis, expected in zip(got, alone, strict=True):
+        assert hypothesis.tokens == expected.tokens
+        assert hypothesis.token_log_probs == expected.token_log_probs
