@@ -33,9 +33,9 @@ def graph(form: str, weight: npt.NDArray[Any]) -> onnx.ModelProto:
         node = helper.make_node("MatMul", ["a", "w"], ["y"])
         a_type, y_type = TensorProto.FLOAT, TensorProto.FLOAT
     else:
-        unsigned = form == "u8 x u8"
-        w, zero = (weight + 128).astype(np.uint8), np.array(128, np.uint8)
-        if not unsigned:
+        if form == "u8 x u8":  # the same values, shifted by 128
+            w, zero = (weight + 128).astype(np.uint8), np.array(128, np.uint8)
+        else:
             w, zero = weight.astype(np.int8), np.array(0, np.int8)
         a_zero = np.array(64 if form == "u8<128 x s8" else 128, np.uint8)
         inputs = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("wz", zero), ("az", a_zero))]

@@ -140,7 +140,8 @@ def rewrite_matmuls(model: onnx.ModelProto, builder: Builder) -> onnx.ModelProto
 
 
 def batch_invariant(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` made batch-invariant: dynamic-int8 MatMuls per row, sums over the padded axis in order."""
+    """`model` made batch-invariant: dynamic-int8 MatMuls per row (a first per_row graph in today's
+    seven-bit form), sums over the padded axis in order."""
     if _dynamic(model):
         model = rewrite_matmuls(model, per_row)
     elif first_per_row(model):

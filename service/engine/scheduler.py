@@ -275,8 +275,9 @@ class Scheduler(Generic[ResultT]):
             log.error("encoding failed", exc_info=exc, extra={"event": "batch_failed"})
             self._fail(jobs, exc)
             return
+        group = self.group(key)
         for run in self._running if self.config.batching else []:
-            if run.group != self.group(key):
+            if run.group != group:
                 continue
             try:
                 first = run.cohort.join(cohort)
@@ -288,7 +289,7 @@ class Scheduler(Generic[ResultT]):
                 run.jobs += jobs
                 run.pending |= set(range(first, first + len(jobs)))
                 return
-        self._running.append(_Running(cohort, self.group(key), jobs, set(range(len(jobs)))))
+        self._running.append(_Running(cohort, group, jobs, set(range(len(jobs)))))
 
     def _step_all(self) -> None:
         for run in list(self._running):
