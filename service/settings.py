@@ -18,7 +18,12 @@ class Settings(BaseSettings):
     # models and runtime
     bundles: Path = Field(DEFAULT_BUNDLES, description="directory holding one bundle per subdirectory")
     provider: Literal["cpu", "cuda", "auto"] = "cpu"
-    intra_op_threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0: one per core)")
+    intra_op_threads: int = Field(
+        1,
+        ge=0,
+        description="onnxruntime intra-op threads (0: one per core). One leaves the other cores to the HTTP "
+        "server: on 2 cores a second engine thread served fewer requests, not more (docs/benchmarks.md)",
+    )
     inter_op_threads: int = Field(0, ge=0)
     intra_op_spinning: bool = Field(
         False, description="onnxruntime's idle threads spin for work (off: they yield the cores to the HTTP server)"

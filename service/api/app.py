@@ -200,12 +200,13 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.keyring = KeyRing(settings.api_keys, settings.rate_limit_per_minute)
     app.add_middleware(ApiKeyAuth, ring=app.state.keyring)
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=list(settings.cors_origins),  # none by default: browsers on other origins are refused
-        allow_methods=["GET", "POST"],
-        allow_headers=["content-type", "x-request-id", "x-api-key"],
-    )
+    if settings.cors_origins:  # none by default: browsers on other origins are refused, at no cost a request
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["content-type", "x-request-id", "x-api-key"],
+        )
     app.add_middleware(HeaderLimit, max_bytes=settings.max_header_bytes)
     app.add_middleware(SecurityHeaders)  # on every answer, refusals included
     app.add_middleware(RequestContext, metrics=app.state.metrics)

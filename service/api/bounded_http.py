@@ -1,4 +1,5 @@
-"""httptools, with a bound on what one connection may send before its request head ends.
+"""httptools, with a bound on what one connection may send before its request head ends, and each
+response's head sent with its body (service/api/coalescing.py).
 
 httptools parses a head of any size (a 5 MB header goes through), so the server would hold all of
 it before the app's HeaderLimit could answer 431. This protocol counts the bytes that arrive while
@@ -9,11 +10,13 @@ could lose the 431 it was about to read.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.api.coalescing import HeadWithBody
 from service.api.security import DEFAULT_HEADERS, error_body, head_bound
 
 log = logging.getLogger("attention_mt.http")
@@ -40,6 +43,9 @@ def bounded_httptools(max_header_bytes: int) -> type[HttpToolsProtocol]:
             self._head_bytes = 0
             self._in_head = True
             self._refused = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(HeadWithBody(transport, self.loop))  # type: ignore[arg-type]
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
