@@ -97,6 +97,9 @@ class Server:
             self.port = s.getsockname()[1]
         env = {**os.environ, "MT_MAX_QUEUE": "4096", "MT_BUNDLES": str(bundle.parent), **(env or {})}
         script = Path(sys.executable).parent / "attention-mt"
+        workers = int(env.get("MT_WORKERS", "1"))
+        if workers > 1 and log is None:  # readiness is per worker: their log lines say when all are
+            log = Path(tempfile.mkstemp(prefix="bench-serve-", suffix=".log")[1])
         self.log = log
         with open(log or os.devnull, "wb") as stderr:  # the child keeps its own copy of the handle
             self.proc = subprocess.Popen(
@@ -106,11 +109,17 @@ class Server:
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                    if r.status == 200:
+                    if r.status == 200 and self._ready_workers() >= workers:
                         return
             except OSError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
         raise RuntimeError("server did not become ready")
+
+    def _ready_workers(self) -> int:
+        if self.log is None:
+            return 1
+        return self.log.read_text(encoding="utf-8", errors="replace").count('"event": "ready"')
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

@@ -71,12 +71,15 @@ async def measure(servers: dict[str, Server], bundle: Path, rounds: int, seconds
 
 
 def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident memory (Linux's VmHWM); 0 where /proc has none."""
+    """The peak resident memory (Linux's VmHWM) of the process and its children (MT_WORKERS's
+    workers), added up; 0 where /proc has none."""
     try:
         lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return 0.0
-    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmHWM:")), 0.0)
+    own = next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmHWM:")), 0.0)
+    return own + sum(peak_rss_mb(int(child)) for child in children)
 
 
 def main() -> None:

@@ -310,23 +310,27 @@ def serve(
         float | None,
         typer.Option(help="seconds to keep accepting after SIGTERM (MT_DRAIN_SETTLE_S; default 3)"),
     ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="server processes sharing the port (MT_WORKERS; default 1)")
+    ] = None,
 ) -> None:
     """Serve the HTTP API (settings from MT_* environment variables; options override them)."""
-    from cli.gc_tuning import tune_gc
-    from cli.serve_cmd import serve as run_server
-    from service.api.app import SCHEDULER_FAILURE_EXIT_CODE, create_app
+    from cli.serve_cmd import run_service
+    from cli.workers import serve_workers
     from service.api.logs import configure_logging
     from service.settings import Settings
 
-    given: dict[str, Any] = {"host": host, "port": port, "bundles": bundles, "drain_settle_s": drain_settle}
+    given: dict[str, Any] = {
+        "host": host, "port": port, "bundles": bundles, "drain_settle_s": drain_settle, "workers": workers
+    }  # fmt: skip
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
-    log_config = configure_logging()
-    api = create_app(
-        settings, exit_on_load_failure=True, on_ready=lambda: tune_gc(settings.gc_freeze, settings.gc_thresholds)
-    )
-    run_server(api, settings.host, settings.port, graceful_timeout, settings.drain_settle_s, log_config)
-    if api.state.fatal:  # the scheduler broke: it drained, and says so to the orchestrator
-        raise typer.Exit(SCHEDULER_FAILURE_EXIT_CODE)
+    if settings.workers > 1:
+        configure_logging()
+        code = serve_workers(settings, graceful_timeout)
+    else:
+        code = run_service(settings, graceful_timeout)
+    if code:  # a broken scheduler drained (4), or a worker ended on its own: say so to the orchestrator
+        raise typer.Exit(code)
 
 
 @app.command()

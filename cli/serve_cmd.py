@@ -10,6 +10,7 @@ accepted but the server had not would be reset.
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from types import FrameType
 from typing import Any
@@ -18,6 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from service.api.bounded_http import bounded_httptools
+from service.settings import Settings
 
 
 class DrainingServer(uvicorn.Server):
@@ -43,14 +45,30 @@ class DrainingServer(uvicorn.Server):
             self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
-def serve(
-    app: FastAPI, host: str, port: int, graceful_timeout: int, settle_s: float, log_config: dict[str, Any]
-) -> None:
-    limit = app.state.settings.max_header_bytes
-    config = uvicorn.Config(
+def run_service(settings: Settings, graceful_timeout: int, sockets: list[socket.socket] | None = None) -> int:
+    """Load, serve until a signal, drain; the exit code (0, or SCHEDULER_FAILURE_EXIT_CODE; a load
+    failure ends the process with LOAD_FAILURE_EXIT_CODE before this returns). `sockets`: a
+    listening socket bound by a parent (cli/workers.py) instead of binding host:port here."""
+    from cli.gc_tuning import tune_gc
+    from service.api.app import SCHEDULER_FAILURE_EXIT_CODE, create_app
+    from service.api.logs import configure_logging
+
+    log_config = configure_logging()
+    app = create_app(
+        settings, exit_on_load_failure=True, on_ready=lambda: tune_gc(settings.gc_freeze, settings.gc_thresholds)
+    )
+    serve(app, uvicorn_config(app, settings, graceful_timeout, log_config), settings.drain_settle_s, sockets)
+    return SCHEDULER_FAILURE_EXIT_CODE if app.state.fatal else 0  # a broken scheduler drained; say so
+
+
+def uvicorn_config(
+    app: FastAPI, settings: Settings, graceful_timeout: int, log_config: dict[str, Any]
+) -> uvicorn.Config:
+    limit = settings.max_header_bytes
+    return uvicorn.Config(
         app,
-        host=host,
-        port=port,
+        host=settings.host,
+        port=settings.port,
         timeout_graceful_shutdown=graceful_timeout,
         loop="uvloop",  # with httptools: a third of the HTTP path's cost at batch 1 (docs/benchmarks.md)
         http=bounded_httptools(limit),  # httptools, refusing heads over the bound
@@ -58,4 +76,7 @@ def serve(
         log_config=log_config,
         access_log=False,  # one JSON line per request comes from the app, with its request id
     )
-    DrainingServer(config, app, settle_s).run()
+
+
+def serve(app: FastAPI, config: uvicorn.Config, settle_s: float, sockets: list[socket.socket] | None = None) -> None:
+    DrainingServer(config, app, settle_s).run(sockets=sockets)

@@ -100,6 +100,13 @@ class Settings(BaseSettings):
     drain_settle_s: float = Field(
         3.0, ge=0, description="after SIGTERM, keep accepting this long (readyz 503) so load balancers stop sending"
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="server processes sharing the port, each with its own models and engine (and its own "
+        "interpreter lock): on 2 cores two served +19% greedy and +40% beam 4 under load, at twice the memory",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     warmup_text: str = "Hello."

@@ -146,6 +146,7 @@ async def _load_and_warm(app: FastAPI) -> None:
     service = build_service(catalog, settings, metrics.batch_size.observe, on_scheduler_failure(app))
     service.scheduler.start()
     app.state.service = service
+    metrics.depth = lambda: service.scheduler.depth
     for name in sorted(catalog.models):  # first runs allocate and optimise
         await service.translate(TranslateRequest(texts=[settings.warmup_text], model=name, beam_size=1))
     if app.state.on_ready is not None:

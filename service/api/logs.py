@@ -20,6 +20,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
+            "pid": record.process,  # which worker, under MT_WORKERS > 1
         }
         line |= {k: getattr(record, k) for k in FIELDS if hasattr(record, k)}
         if record.exc_info and record.exc_info[0] is not None:  # a log line must say what failed, and where

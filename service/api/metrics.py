@@ -1,10 +1,19 @@
-"""Prometheus metrics in base units, on a registry of the app's own (tests build many apps)."""
+"""Prometheus metrics in base units, on a registry of the app's own (tests build many apps).
+
+Under `serve` with several workers (cli/workers.py) every worker's values live in files in
+PROMETHEUS_MULTIPROC_DIR, and /metrics adds them up, whichever worker answers: counters and
+histograms sum, the queue depth sums over live workers (each refreshes its own after every
+request), model info is the workers' maximum.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from service.engine.catalog import Catalog
 
@@ -22,10 +31,13 @@ class Metrics:
     tokens: Counter
     rejections: Counter
     model_info: Gauge
+    shared: bool = False  # several workers: values in PROMETHEUS_MULTIPROC_DIR's files
+    depth: Callable[[], int] = field(default=lambda: 0)  # the scheduler's, once the models are loaded
 
     @classmethod
     def create(cls) -> Metrics:
         r = CollectorRegistry()
+        shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         return cls(
             registry=r,
             requests=Counter("translator_requests", "HTTP requests", ["route", "status"], registry=r),
@@ -37,7 +49,9 @@ class Metrics:
                 registry=r,
             ),
             batch_size=Histogram("translator_batch_size", "texts decoded together", buckets=BATCH_BUCKETS, registry=r),
-            queue_depth=Gauge("translator_queue_depth", "texts waiting or being decoded", registry=r),
+            queue_depth=Gauge(
+                "translator_queue_depth", "texts waiting or being decoded", registry=r, multiprocess_mode="livesum"
+            ),
             tokens=Counter("translator_tokens", "tokens read and generated", ["direction"], registry=r),
             rejections=Counter("translator_rejections", "requests refused", ["reason"], registry=r),
             model_info=Gauge(
@@ -45,8 +59,23 @@ class Metrics:
                 "loaded models",
                 ["name", "source", "target", "family", "attention", "quantization", "provider"],
                 registry=r,
+                multiprocess_mode="max",
             ),
+            shared=shared,
         )
+
+    def after_request(self) -> None:
+        if self.shared:  # another worker may answer the next scrape: keep this one's depth current
+            self.queue_depth.set(self.depth())
+
+    def exposition(self) -> bytes:
+        """The text format of every value: this app's, or every worker's added up."""
+        self.queue_depth.set(self.depth())
+        if not self.shared:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
 
     def describe_models(self, catalog: Catalog) -> None:
         for name, translator in catalog.models.items():

@@ -116,6 +116,7 @@ class RequestContext:
             await self.app(scope, receive, tagged_send)
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
+            self.metrics.after_request()
             log.info(
                 "request",
                 extra={

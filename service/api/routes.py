@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api.deps import service_of, within_deadline
 from service.api.errors import error_response
@@ -183,6 +183,5 @@ async def readyz(request: Request) -> Any:
 @router.get("/metrics", tags=["health"])
 async def metrics(request: Request) -> Response:
     """Prometheus metrics."""
-    m = request.app.state.metrics
-    m.queue_depth.set(service_of(request).scheduler.depth)
-    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+    service_of(request)  # 503 while loading, as before
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -72,11 +72,12 @@ def readable_bundles(bundle_dir: Path, converted_bundles: Path, tmp_path_factory
     return target
 
 
-def start(image: str, bundles: Path, name: str) -> Running:
+def start(image: str, bundles: Path, name: str, *options: str) -> Running:
+    """`options`: more `run` flags (environment, mounts) before the image."""
     port = free_port()
     container("rm", "-f", name)
     result = container(
-        "run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:8000", "-v", f"{bundles}:/app/bundles:ro", image
+        "run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:8000", "-v", f"{bundles}:/app/bundles:ro", *options, image
     )
     assert result.returncode == 0, result.stderr
     url = f"http://127.0.0.1:{port}"

@@ -73,3 +73,33 @@ def test_sigterm_exits_within_the_grace_period(image: str, readable_bundles: Pat
         )
     finally:
         container("rm", "-f", running.name)
+
+
+def test_two_workers_on_a_read_only_root_serve_add_up_metrics_and_stop_cleanly(
+    image: str, readable_bundles: Path
+) -> None:
+    """As the Kubernetes manifests run it: MT_WORKERS=2, a read-only root with /tmp in memory (the
+    workers' metrics files live there)."""
+    options = ("-e", "MT_WORKERS=2", "--read-only", "--tmpfs", "/tmp:size=64m")
+    running = start(image, readable_bundles, f"amt-workers-{os.getpid()}", *options)
+    try:
+        deadline = time.monotonic() + 120
+        while (logs := _logs(running.name)).count('"event": "ready"') < 2:
+            assert time.monotonic() < deadline, logs[-3000:]
+            time.sleep(0.2)
+        for _ in range(6):
+            assert post(f"{running.url}/v1/translate", {"q": "Tom chases Jerry.", "model": "en-zh"})[0] == 200
+        with urllib.request.urlopen(f"{running.url}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert 'translator_requests_total{route="/v1/translate",status="200"} 6.0' in metrics
+        stopped = container("stop", "-t", "25", running.name)
+        state = json.loads(container("inspect", running.name).stdout)[0]["State"]
+        assert stopped.returncode == 0 and state["ExitCode"] == 0, (state, _logs(running.name)[-3000:])
+        assert _logs(running.name).count("Application shutdown complete") == 2
+    finally:
+        container("rm", "-f", running.name)
+
+
+def _logs(name: str) -> str:
+    result = container("logs", name)
+    return result.stdout + result.stderr
