@@ -74,16 +74,11 @@ def json_lines(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.parametrize("fault", UNEXPECTED)
-def test_serve_exits_3_with_the_reason_and_traceback_on_an_unexpected_load_error(
-    bundle_dir: Path, tmp_path: Path, fault: str
-) -> None:
-    root = copy_bundle(bundle_dir, tmp_path)
-    damage, error_type = UNEXPECTED[fault]
-    prefix = damage(root / "en-zh")
+def serve_until_exit(bundles: Path, log: Path, prefix: list[str], *options: str) -> tuple[int, str]:
+    """`attention-mt serve` on `bundles` (behind `prefix`, with `options`) until it exits on its own;
+    its exit code and everything it logged."""
     script = Path(sys.executable).parent / "attention-mt"
-    command = [*prefix, str(script), "serve", "--port", str(free_port()), "--bundles", str(root)]
-    log = tmp_path / "serve.log"
+    command = [*prefix, str(script), "serve", "--port", str(free_port()), "--bundles", str(bundles), *options]
     with log.open("w") as out:  # a file, not a pipe: an unread pipe could block the server's writes
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -92,7 +87,17 @@ def test_serve_exits_3_with_the_reason_and_traceback_on_an_unexpected_load_error
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    output = log.read_text(encoding="utf-8", errors="replace")
+    return returncode, log.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("fault", UNEXPECTED)
+def test_serve_exits_3_with_the_reason_and_traceback_on_an_unexpected_load_error(
+    bundle_dir: Path, tmp_path: Path, fault: str
+) -> None:
+    root = copy_bundle(bundle_dir, tmp_path)
+    damage, error_type = UNEXPECTED[fault]
+    prefix = damage(root / "en-zh")
+    returncode, output = serve_until_exit(root, tmp_path / "serve.log", prefix)
     assert returncode == LOAD_FAILURE_EXIT_CODE, output
     failures = [x for x in json_lines(output) if x.get("event") == "load_failed"]
     assert len(failures) == 1, output

@@ -16,9 +16,15 @@ from pathlib import Path
 
 from service.api.app import LOAD_FAILURE_EXIT_CODE
 from tests.conftest import FIGURES
-from tests.service.api.test_failures import EXIT_TIMEOUT_S, copy_bundle, json_lines, manifest_not_utf8
+from tests.service.api.test_failures import (
+    EXIT_TIMEOUT_S,
+    copy_bundle,
+    json_lines,
+    manifest_not_utf8,
+    serve_until_exit,
+)
 from tests.service.api.test_overload_shutdown import BODY, _get_status, post
-from tests.support.server import RunningServer, free_port
+from tests.support.server import RunningServer
 
 WORKERS = {"MT_WORKERS": "2", "MT_DRAIN_SETTLE_S": "3", "MT_MAX_QUEUE": "1024"}
 
@@ -67,18 +73,8 @@ def test_two_workers_add_up_their_metrics_and_drain_every_request(bundle_dir: Pa
 def test_a_worker_that_cannot_load_stops_the_service_with_its_exit_code(bundle_dir: Path, tmp_path: Path) -> None:
     root = copy_bundle(bundle_dir, tmp_path)
     manifest_not_utf8(root / "en-zh")
-    script = Path(sys.executable).parent / "attention-mt"
-    command = [str(script), "serve", "--port", str(free_port()), "--bundles", str(root), "--workers", "2"]
-    log = tmp_path / "serve.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            code = proc.wait(timeout=EXIT_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    lines = json_lines(log.read_text(encoding="utf-8", errors="replace"))
+    code, output = serve_until_exit(root, tmp_path / "serve.log", [], "--workers", "2")
+    lines = json_lines(output)
     assert code == LOAD_FAILURE_EXIT_CODE, lines
     assert any(x.get("event") == "load_failed" and x.get("error_type") == "UnicodeDecodeError" for x in lines)
     assert any(x.get("event") == "worker_ended" for x in lines)
