@@ -47,8 +47,8 @@ class DrainingServer(uvicorn.Server):
 
 def run_service(settings: Settings, graceful_timeout: int, sockets: list[socket.socket] | None = None) -> int:
     """Load, serve until a signal, drain; the exit code (0, or SCHEDULER_FAILURE_EXIT_CODE; a load
-    failure ends the process with LOAD_FAILURE_EXIT_CODE before this returns). `sockets`: a
-    listening socket bound by a parent (cli/workers.py) instead of binding host:port here."""
+    failure ends the process with LOAD_FAILURE_EXIT_CODE before this returns). `sockets`: listening
+    sockets to serve (a worker's own on a shared port, cli/workers.py) instead of binding host:port."""
     from cli.gc_tuning import tune_gc
     from service.api.app import SCHEDULER_FAILURE_EXIT_CODE, create_app
     from service.api.logs import configure_logging
@@ -57,7 +57,8 @@ def run_service(settings: Settings, graceful_timeout: int, sockets: list[socket.
     app = create_app(
         settings, exit_on_load_failure=True, on_ready=lambda: tune_gc(settings.gc_freeze, settings.gc_thresholds)
     )
-    serve(app, uvicorn_config(app, settings, graceful_timeout, log_config), settings.drain_settle_s, sockets)
+    config = uvicorn_config(app, settings, graceful_timeout, log_config)
+    DrainingServer(config, app, settings.drain_settle_s).run(sockets=sockets)
     return SCHEDULER_FAILURE_EXIT_CODE if app.state.fatal else 0  # a broken scheduler drained; say so
 
 
@@ -76,7 +77,3 @@ def uvicorn_config(
         log_config=log_config,
         access_log=False,  # one JSON line per request comes from the app, with its request id
     )
-
-
-def serve(app: FastAPI, config: uvicorn.Config, settle_s: float, sockets: list[socket.socket] | None = None) -> None:
-    DrainingServer(config, app, settle_s).run(sockets=sockets)
