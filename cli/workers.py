@@ -67,7 +67,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     """A listening socket of this worker's own on a port the others share (SO_REUSEPORT): the kernel
     spreads new connections evenly over the workers. One socket shared by all was measured uneven:
     the worker that woke first accepted most of a burst of connections and kept them (keep-alive)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(_family(host), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
@@ -79,12 +79,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def _check_port(settings: Settings) -> None:
     """A port another program holds (another server sharing it with SO_REUSEPORT included, which
     would otherwise split its traffic with this one) fails here, once, with the reason."""
-    with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+    with socket.socket(_family(settings.host), socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a TIME_WAIT left by a restart is fine
         try:
             sock.bind((settings.host, settings.port))
         except OSError as exc:
             raise PortTaken(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}") from exc
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def _worker(settings: Settings, graceful_timeout: int) -> None:
