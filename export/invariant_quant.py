@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -44,14 +43,15 @@ class RewriteError(ValueError):
 
 @dataclass(frozen=True)
 class QuantizedMatMul:
-    """One `DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul` chain of quantize_dynamic."""
+    """One `DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul` chain of quantize_dynamic, or a
+    per-row one (its rescale possibly one DequantizeLinear, export/lean_quant.py)."""
 
     activation: str  # float input (..., K)
     weight: str  # int8 initializer (K, N)
     weight_scale: str  # scalar initializer
     weight_zero_point: str  # scalar initializer (0 for QInt8)
     output: str  # float output (..., N)
-    chain: tuple[NodeProto, ...]  # the MatMulInteger, Cast and Mul it replaces
+    chain: tuple[NodeProto, ...]  # the MatMulInteger to the float output: what a rewrite replaces
 
 
 class Graph:
@@ -98,9 +98,7 @@ def find_quantized_matmuls(graph: onnx.GraphProto) -> list[QuantizedMatMul]:
             continue
         if node.input[1] not in g.inits or len(node.input) < 4:
             raise RewriteError(f"{node.name}: its weight is not an initializer with a zero point")
-        cast = g.only_consumer(node.output[0], "Cast")
-        mul = g.only_consumer(cast.output[0], "Mul")
-        scales = g.producer[next(i for i in mul.input if i != cast.output[0])]
+        chain, scales = _rescale_chain(node, g)
         dql = g.producer.get(node.input[0])
         if dql is not None and dql.op_type == "DynamicQuantizeLinear":  # Mul(x_scale, w_scale)
             activation, w_scale = dql.input[0], next(i for i in scales.input if i != dql.output[1])
@@ -108,14 +106,24 @@ def find_quantized_matmuls(graph: onnx.GraphProto) -> list[QuantizedMatMul]:
             activation, w_scale = node.input[0].removesuffix(f"{ROW_QUANT}/q"), g.producer[scales.input[1]].input[1]
         else:
             raise RewriteError(f"{node.name}: its activation is neither per tensor nor per row")
-        chain = (node, cast, mul)
-        found.append(QuantizedMatMul(activation, node.input[1], w_scale, node.input[3], mul.output[0], chain))
+        found.append(QuantizedMatMul(activation, node.input[1], w_scale, node.input[3], chain[-1].output[0], chain))
     return found
+
+
+def _rescale_chain(matmul: NodeProto, g: Graph) -> tuple[tuple[NodeProto, ...], NodeProto]:
+    """The nodes from a MatMulInteger to its float output, and the node giving its scale:
+    Cast -> Mul(scale), or export/lean_quant.py's DequantizeLinear(scale)."""
+    users = g.consumers.get(matmul.output[0], [])
+    if len(users) == 1 and users[0].op_type == "DequantizeLinear":
+        return (matmul, users[0]), g.producer[users[0].input[1]]
+    cast = g.only_consumer(matmul.output[0], "Cast")
+    mul = g.only_consumer(cast.output[0], "Mul")
+    return (matmul, cast, mul), g.producer[next(i for i in mul.input if i != cast.output[0])]
 
 
 def rewrite_matmuls(model: onnx.ModelProto, builder: Builder) -> onnx.ModelProto:
     """A copy of `model` with every dynamic-int8 MatMul rebuilt by `builder`; what nothing reads goes."""
-    model = _copy(model)
+    model = copy_model(model)
     graph = model.graph
     g = Graph(graph)
     matmuls = find_quantized_matmuls(graph)
@@ -129,8 +137,8 @@ def rewrite_matmuls(model: onnx.ModelProto, builder: Builder) -> onnx.ModelProto
             nodes += new_nodes[node.output[0]]
         elif node.output[0] not in replaced:
             nodes.append(node)
-    _replace_nodes(graph, nodes)
-    _prune(graph)
+    replace_nodes(graph, nodes)
+    prune(graph)
     left = [n.name or n.output[0] for n in graph.node if n.op_type == "DynamicQuantizeLinear"]
     if left:
         raise RewriteError(f"still quantized per tensor: {left}")
@@ -147,7 +155,7 @@ def batch_invariant(model: onnx.ModelProto) -> onnx.ModelProto:
     elif first_per_row(model):
         model = seven_bit_per_row(model)
     else:
-        model = _copy(model)
+        model = copy_model(model)
     for axis in PADDED_AXES:
         make_padding_invariant(model, axis)
     return model
@@ -155,10 +163,6 @@ def batch_invariant(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _dynamic(model: onnx.ModelProto) -> bool:
     return any(n.op_type == "DynamicQuantizeLinear" for n in model.graph.node)
-
-
-def batch_invariant_file(src: Path, dst: Path) -> None:
-    onnx.save(batch_invariant(onnx.load(str(src))), str(dst))
 
 
 # --- per-row activation scales (what exports use) --------------------------------------------
@@ -270,7 +274,7 @@ def seven_bit_per_row(model: onnx.ModelProto) -> onnx.ModelProto:
     activation quantized to 7 bits instead of 8 (u8 x s8, see per_row). Every row-quantize chain and
     every rescale reads the same level constants, so renaming them (in one pass, each input once)
     changes all of them consistently."""
-    model = _copy(model)
+    model = copy_model(model)
     for node in model.graph.node:
         for i, name in enumerate(node.input):
             node.input[i] = FIRST_PER_ROW.get(name, name)
@@ -279,7 +283,7 @@ def seven_bit_per_row(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in model.graph.node:
         if node.op_type == "MatMulInteger" and node.input[1] in g.inits:
             _signed_weight(node.input[1], node.input[3], g)
-    _prune(model.graph)
+    prune(model.graph)
     return model
 
 
@@ -324,7 +328,7 @@ def nbits(m: QuantizedMatMul, g: Graph) -> list[NodeProto]:
 
 def padding_invariant(model: onnx.ModelProto, padded_axis: str = PADDED_AXIS) -> onnx.ModelProto:
     """A copy of `model` whose sums over the padded axis add in order (see make_padding_invariant)."""
-    model = _copy(model)
+    model = copy_model(model)
     make_padding_invariant(model, padded_axis)
     return model
 
@@ -341,7 +345,7 @@ def make_padding_invariant(model: onnx.ModelProto, padded_axis: str = PADDED_AXI
     depends on S (a pooled encoder state: an RNN's initial decoder state, the mean of its memory).
     A MatMul with two or more rows adds in order. The self-attention MatMuls sum over the steps,
     which every row of a batch shares."""
-    shapes = _inferred_shapes(model)  # once: for a 300 MB graph it costs seconds
+    shapes = inferred_shapes(model)  # once: for a 300 MB graph it costs seconds
     _sums_as_matmuls(model.graph, shapes, padded_axis)
     _pad_single_row_matmuls(model.graph, shapes, padded_axis)
 
@@ -359,7 +363,7 @@ def _pad_single_row_matmuls(graph: onnx.GraphProto, shapes: Shapes, padded_axis:
     }
     if targets:
         _add_pad_constants(Graph(graph))
-        _replace_nodes(graph, [m for n in graph.node for m in (two_rows(n) if n.output[0] in targets else [n])])
+        replace_nodes(graph, [m for n in graph.node for m in (two_rows(n) if n.output[0] in targets else [n])])
 
 
 def two_rows(matmul: NodeProto) -> list[NodeProto]:
@@ -387,7 +391,7 @@ def _sums_as_matmuls(graph: onnx.GraphProto, shapes: Shapes, padded_axis: str) -
     }
     if targets:
         _add_pad_constants(Graph(graph), ones=True)
-        _replace_nodes(graph, [m for n in graph.node for m in (_sum_by_matmul(n) if n.output[0] in targets else [n])])
+        replace_nodes(graph, [m for n in graph.node for m in (_sum_by_matmul(n) if n.output[0] in targets else [n])])
 
 
 def _sum_by_matmul(reduce_sum: NodeProto) -> list[NodeProto]:
@@ -420,7 +424,7 @@ def _add_pad_constants(g: Graph, ones: bool = False) -> None:
         g.add_constant(f"{PAD_ROWS}/ones", np.ones((1, 1, 1), np.float32))
 
 
-def _inferred_shapes(model: onnx.ModelProto) -> Shapes:
+def inferred_shapes(model: onnx.ModelProto) -> Shapes:
     """Each tensor's dims by ONNX shape inference from the graph's declared inputs (names for symbols)."""
     inferred = onnx.shape_inference.infer_shapes(model)
     values = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
@@ -443,18 +447,18 @@ def _constant_values(graph: onnx.GraphProto) -> dict[str, npt.NDArray[np.generic
 # --- graph plumbing ----------------------------------------------------------------------------
 
 
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return copy
 
 
-def _replace_nodes(graph: onnx.GraphProto, nodes: list[NodeProto]) -> None:
+def replace_nodes(graph: onnx.GraphProto, nodes: list[NodeProto]) -> None:
     del graph.node[:]
     graph.node.extend(nodes)
 
 
-def _prune(graph: onnx.GraphProto) -> None:
+def prune(graph: onnx.GraphProto) -> None:
     """Drop nodes whose outputs nothing reads, then initializers nothing reads."""
     outputs = {o.name for o in graph.output}
     while True:
@@ -462,7 +466,7 @@ def _prune(graph: onnx.GraphProto) -> None:
         live = [n for n in graph.node if any(o in read for o in n.output)]
         if len(live) == len(graph.node):
             break
-        _replace_nodes(graph, live)
+        replace_nodes(graph, live)
     read = outputs | {i for n in graph.node for i in n.input}
     kept = [i for i in graph.initializer if i.name in read]
     del graph.initializer[:]

@@ -20,7 +20,7 @@ from typing import Any
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from export.bundle_writer import staging_dir, write_manifest
-from export.invariant_quant import batch_invariant_file
+from export.lean_quant import invariant_int8_file
 from export.parity import greedy_ids
 from models.metrics import score
 from service.engine.bundle import load_bundle
@@ -46,7 +46,7 @@ def quantize_graph(src: Path, dst: Path) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             dynamic = Path(tmp) / src.name
             quantize_dynamic(str(src), str(dynamic), weight_type=QuantType.QInt8, op_types_to_quantize=OP_TYPES)
-            batch_invariant_file(dynamic, dst)
+            invariant_int8_file(dynamic, dst)
     finally:
         root.setLevel(level)
 

@@ -1,5 +1,6 @@
-"""Rewrite an int8 bundle into today's batch-invariant form: from per-tensor dynamic quantization, or
-from the first per-row form (8-bit activations, uint8 x uint8; export/invariant_quant.py).
+"""Rewrite an int8 bundle into today's batch-invariant form: from per-tensor dynamic quantization,
+from the first per-row form (8-bit activations, uint8 x uint8; export/invariant_quant.py), or from
+the seven-bit form spelled as elementwise operators (export/lean_quant.py).
 
 `python -m export.requantize bundles/en-zh [...]`. Its int8 weights are kept as they are (they are
 the model's weights); each MatMul's activation becomes quantized per row, one-row MatMuls over the
@@ -22,12 +23,12 @@ import onnx
 
 from export.bundle_writer import ExportError, place, staging_dir, write_manifest
 from export.invariant_quant import (
-    batch_invariant_file,
     first_per_row,
     make_padding_invariant,
     rewrite_matmuls,
     weight_only,
 )
+from export.lean_quant import invariant_int8_file, spelled_long
 from export.quantize import METHOD, measure_int8
 from models.data import default_corpus_path, read_corpus, split_corpus
 from service.engine.bundle import Bundle, load_bundle
@@ -41,14 +42,14 @@ def requantize_bundle(bundle_dir: Path, corpus: Path | None = None, rounds: int 
     m = bundle.manifest
     graphs = [m.graphs.encoder.file, m.graphs.decoder.file]
     if m.quantization.mode != "int8" or not _rewritable(bundle, graphs):
-        raise ExportError(f"{bundle_dir}: not an int8 bundle with per-tensor or first per-row quantization")
+        raise ExportError(f"{bundle_dir}: not an int8 bundle in an older form (per tensor, first per row, not lean)")
     dev = split_corpus(read_corpus(corpus or default_corpus_path()))["dev"]
     sources, references = [p.text(m.source_lang) for p in dev], [p.text(m.target_lang) for p in dev]
     staged = staging_dir(bundle_dir)
     try:
         for name in m.files:
             if name in graphs:
-                batch_invariant_file(bundle.file(name), staged / name)
+                invariant_int8_file(bundle.file(name), staged / name)
             else:
                 shutil.copy2(bundle.file(name), staged / name)
         fields = m.model_dump(exclude={"files"})
@@ -74,7 +75,8 @@ def requantize_bundle(bundle_dir: Path, corpus: Path | None = None, rounds: int 
 
 def _rewritable(bundle: Bundle, graphs: list[str]) -> bool:
     models = [onnx.load(str(bundle.file(g))) for g in graphs]
-    return any(first_per_row(m) or any(n.op_type == "DynamicQuantizeLinear" for n in m.graph.node) for m in models)
+    dynamic = [any(n.op_type == "DynamicQuantizeLinear" for n in m.graph.node) for m in models]
+    return any(dynamic) or any(first_per_row(m) or spelled_long(m) for m in models)
 
 
 def _dequantized(bundle: Bundle, directory: Path, fields: dict[str, object]) -> Translator:

@@ -15,6 +15,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from export.bundle_writer import write_manifest
 from export.invariant_quant import FIRST_PER_ROW, batch_invariant, first_per_row, padding_invariant, seven_bit_per_row
+from export.lean_quant import spelled_long
 from export.pipeline import ExportOptions, export_run
 from export.quantize import OP_TYPES, batching_changes
 from export.requantize import requantize_bundle
@@ -35,8 +36,9 @@ def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], level: ort.GraphOp
     return np.asarray(session.run(None, feeds)[0])
 
 
-def two_layer_int8(tmp_path: Path) -> onnx.ModelProto:
-    """x (B, S, 32) -> Linear with bias -> ReLU -> Linear, through onnxruntime's quantize_dynamic."""
+def two_layer_int8(tmp_path: Path, rows: list[str] | None = None) -> onnx.ModelProto:
+    """x (B, S, 32) (or (*rows, 32)) -> Linear with bias -> ReLU -> Linear, through onnxruntime's
+    quantize_dynamic."""
     w1, b1, w2 = RNG.standard_normal((32, 16)), RNG.standard_normal(16) * 3, RNG.standard_normal((16, 8))
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["h0"]),
@@ -45,7 +47,7 @@ def two_layer_int8(tmp_path: Path) -> onnx.ModelProto:
         helper.make_node("MatMul", ["r", "w2"], ["y"]),
     ]
     weights = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in (("w1", w1), ("b1", b1), ("w2", w2))]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [*(rows or ["batch", "seq"]), 32])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     model = helper.make_model(
         helper.make_graph(nodes, "g", [x], [y], weights), opset_imports=[helper.make_opsetid("", 20)]
@@ -191,7 +193,7 @@ def test_a_fresh_int8_export_is_batch_invariant(
     assert q.mode == "int8" and q.method and "per row" in q.method and q.batch_invariant is True
     for graph in (bundle.manifest.graphs.encoder.file, bundle.manifest.graphs.decoder.file):
         ops = {n.op_type for n in onnx.load(str(bundle.file(graph))).graph.node}
-        assert "DynamicQuantizeLinear" not in ops
+        assert "DynamicQuantizeLinear" not in ops and "Round" not in ops and "QuantizeLinear" in ops  # lean
     assert "MatMulInteger" in {n.op_type for n in onnx.load(str(bundle.file("decoder.onnx"))).graph.node}
     assert_batch_invariant(Translator(bundle))
 
@@ -205,7 +207,7 @@ def test_an_fp32_export_is_checked_too(
     assert_batch_invariant(Translator(bundle))
 
 
-@pytest.mark.parametrize("form", ["per-tensor", "first per-row"])
+@pytest.mark.parametrize("form", ["per-tensor", "first per-row", "seven-bit, not lean"])
 def test_requantize_rewrites_an_older_int8_bundle_in_place(
     form: str, tmp_path: Path, synthetic_corpus: Path, en_tokenizer: Tokenizer, zh_tokenizer: Tokenizer
 ) -> None:
@@ -219,6 +221,8 @@ def test_requantize_rewrites_an_older_int8_bundle_in_place(
         )
         if form == "first per-row":
             onnx.save(as_first_shipped(batch_invariant(onnx.load(str(old / graph)))), str(old / graph))
+        elif form == "seven-bit, not lean":
+            onnx.save(batch_invariant(onnx.load(str(old / graph))), str(old / graph))
     fields = fp32.manifest.model_dump(exclude={"files"})
     fields["quantization"] = {"mode": "int8", "method": "dynamic", "bleu_fp32": 12.5, "size_fp32": 1000}
     write_manifest(old, fields)
@@ -233,4 +237,5 @@ def test_requantize_rewrites_an_older_int8_bundle_in_place(
     for graph in ("encoder.onnx", "decoder.onnx"):
         model = onnx.load(str(bundle.file(graph)))
         assert not first_per_row(model) and "DynamicQuantizeLinear" not in {n.op_type for n in model.graph.node}
+        assert not spelled_long(model) and "QuantizeLinear" in {n.op_type for n in model.graph.node}
     assert_batch_invariant(Translator(bundle))
