@@ -150,7 +150,7 @@ def rewrite_matmuls(model: onnx.ModelProto, builder: Builder) -> onnx.ModelProto
 def batch_invariant(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` made batch-invariant: dynamic-int8 MatMuls per row (a first per_row graph in today's
     seven-bit form), sums over the padded axis in order."""
-    if _dynamic(model):
+    if per_tensor(model):
         model = rewrite_matmuls(model, per_row)
     elif first_per_row(model):
         model = seven_bit_per_row(model)
@@ -161,7 +161,8 @@ def batch_invariant(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _dynamic(model: onnx.ModelProto) -> bool:
+def per_tensor(model: onnx.ModelProto) -> bool:
+    """Whether `model` quantizes activations per tensor (quantize_dynamic's DynamicQuantizeLinear)."""
     return any(n.op_type == "DynamicQuantizeLinear" for n in model.graph.node)
 
 

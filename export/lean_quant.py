@@ -71,11 +71,9 @@ def lean_row_quant(model: onnx.ModelProto) -> onnx.ModelProto:
         if chain is None:
             continue
         if len(shapes.get(chain.x_div.input[0], [])) == 2 and _rows_only(chain, g):
-            _fuse_rows(chain, g, placed, dropped)
+            _fuse_rows(chain, placed, dropped)
         else:
-            placed[chain.q] = [helper.make_node("QuantizeLinear", [chain.x_div.output[0], f"{LEAN}/one",
-                                                                   chain.zero_point], [chain.q])]  # fmt: skip
-            dropped.update(n.output[0] for n in chain.dropped[:-1])
+            _fuse_rounding(chain, placed, dropped)
     nodes: list[NodeProto] = []
     for node in graph.node:
         if node.output[0] not in dropped:
@@ -144,7 +142,14 @@ def _rows_only(chain: RowChain, g: Graph) -> bool:
     return len(scales) == 1 and len(readers) == 1 + len(rescales) and len(rescales) == len(muls) == products
 
 
-def _fuse_rows(chain: RowChain, g: Graph, placed: dict[str, list[NodeProto]], dropped: set[str]) -> None:
+def _fuse_rounding(chain: RowChain, placed: dict[str, list[NodeProto]], dropped: set[str]) -> None:
+    """Div(x, s) stays; its rounding, shift and cast become one QuantizeLinear(·, 1, zero point)."""
+    quantize = [chain.x_div.output[0], f"{LEAN}/one", chain.zero_point]
+    placed[chain.q] = [helper.make_node("QuantizeLinear", quantize, [chain.q])]
+    dropped.update(n.output[0] for n in chain.dropped[:-1])
+
+
+def _fuse_rows(chain: RowChain, placed: dict[str, list[NodeProto]], dropped: set[str]) -> None:
     """Row ranges (N,): QuantizeLinear and DequantizeLinear per row along axis 0."""
     keepdims = next((a for a in chain.reduce.attribute if a.name == "keepdims"), None)
     if keepdims is None:

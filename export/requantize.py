@@ -25,6 +25,7 @@ from export.bundle_writer import ExportError, place, staging_dir, write_manifest
 from export.invariant_quant import (
     first_per_row,
     make_padding_invariant,
+    per_tensor,
     rewrite_matmuls,
     weight_only,
 )
@@ -75,8 +76,7 @@ def requantize_bundle(bundle_dir: Path, corpus: Path | None = None, rounds: int 
 
 def _rewritable(bundle: Bundle, graphs: list[str]) -> bool:
     models = [onnx.load(str(bundle.file(g))) for g in graphs]
-    dynamic = [any(n.op_type == "DynamicQuantizeLinear" for n in m.graph.node) for m in models]
-    return any(dynamic) or any(first_per_row(m) or spelled_long(m) for m in models)
+    return any(per_tensor(m) or first_per_row(m) or spelled_long(m) for m in models)
 
 
 def _dequantized(bundle: Bundle, directory: Path, fields: dict[str, object]) -> Translator:
