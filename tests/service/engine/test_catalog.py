@@ -51,3 +51,19 @@ def test_idle_onnxruntime_threads_spin_only_when_asked() -> None:
     spinning = make_session(encoder, session_config(Settings(intra_op_spinning=True))).get_session_options()
     with pytest.raises(RuntimeError, match="does not have"):  # unset: onnxruntime's own default, spinning
         spinning.get_session_config_entry(key)
+
+
+def test_sessions_share_one_cpu_arena_unless_the_arena_is_off() -> None:
+    from service.api.app import session_config
+    from service.engine.onnx_model import make_session, shared_cpu_arena
+    from service.settings import DEFAULT_BUNDLES, Settings
+
+    encoder = str(DEFAULT_BUNDLES / "en-zh" / "encoder.onnx")
+    key = "session.use_env_allocators"
+    shared = make_session(encoder, session_config(Settings())).get_session_options()
+    assert shared.get_session_config_entry(key) == "1"
+    assert shared_cpu_arena.cache_info().currsize == 1  # registered once for the process
+    own = make_session(encoder, session_config(Settings(enable_mem_arena=False))).get_session_options()
+    assert not own.enable_cpu_mem_arena
+    with pytest.raises(RuntimeError, match="does not have"):
+        own.get_session_config_entry(key)

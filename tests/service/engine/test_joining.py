@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from service.engine.bundle import load_bundle
-from service.engine.onnx_model import OnnxState
+from service.engine.onnx_model import OnnxSeq2Seq, OnnxState
 from service.engine.search import Cohort, Hypothesis
 from service.engine.translator import SearchOptions, Translator, pad_ids
 from tests.support.synthetic import synthetic_pairs
@@ -95,10 +95,14 @@ def test_a_part_whose_callers_all_left_goes_and_the_rest_decode_on(bundle_dir: P
     assert [found[i].tokens for i in range(4)] == [h.tokens for h in alone]
 
 
-def test_beam_cohorts_stepping_in_turn_on_one_model_keep_their_own_caches(bundle_dir: Path) -> None:
-    """A beam reshuffle writes into the arrays the previous reshuffle left (OnnxSeq2Seq._reshuffled),
-    whichever cohort left them: two cohorts of one model, of one shape, stepping in turn, must each
-    still get what every sentence gets alone."""
+@pytest.mark.parametrize("in_place_bytes", [0, 1 << 60])
+def test_beam_cohorts_stepping_in_turn_on_one_model_keep_their_own_caches(
+    bundle_dir: Path, in_place_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A beam reshuffle rewrites a cohort's large state arrays in place and copies small ones
+    (OnnxSeq2Seq._reshuffled): either way, two cohorts of one model, of one shape, stepping in turn,
+    must each still get what every sentence gets alone, and keep their own arrays."""
+    monkeypatch.setattr("service.engine.onnx_model.IN_PLACE_BYTES", in_place_bytes)
     translator = Translator(load_bundle(bundle_dir / "en-zh-int8"))
     ids = sources(translator)[:10]
     options = translator.options(beam_size=3)
@@ -108,8 +112,26 @@ def test_beam_cohorts_stepping_in_turn_on_one_model_keep_their_own_caches(bundle
     while not all(c.done for c in cohorts):
         for cohort, results in zip(cohorts, found, strict=True):
             results |= {s: nbest[0] for s, nbest in cohort.step()}
+        if not any(c.done for c in cohorts):
+            first, second = (c.state.state for c in cohorts)
+            assert all(not np.shares_memory(first[name], second[name]) for name in first)
     got = [found[0][i] for i in range(5)] + [found[1][i] for i in range(5)]
-    assert translator.model._spare  # the reshuffles did reuse arrays
     for hypothesis, expected in zip(got, alone, strict=True):
         assert hypothesis.tokens == expected.tokens
         assert hypothesis.token_log_probs == expected.token_log_probs
+
+
+@pytest.mark.parametrize("batch_axis", [0, 1])
+def test_a_reshuffle_in_place_selects_the_rows_a_copy_would(batch_axis: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows read by others and overwritten themselves (cycles, a row taken twice, one dropped)."""
+    rng = np.random.default_rng(0)
+    for rows in ([1, 0, 3, 2], [0, 0, 2, 2], [2, 0, 1, 3], [0, 1, 2, 3], [3, 3, 3, 3]):
+        x = rng.standard_normal((4, 3, 5)) if batch_axis == 0 else rng.standard_normal((2, 4, 5))
+        expected = np.take(x, rows, axis=batch_axis)
+        moved = np.flatnonzero(np.array(rows) != np.arange(4))
+        assert OnnxSeq2Seq._reshuffled(x.copy(), np.array(rows), moved, batch_axis) is not x  # small: a copy
+        np.testing.assert_array_equal(OnnxSeq2Seq._reshuffled(x.copy(), np.array(rows), moved, batch_axis), expected)
+        monkeypatch.setattr("service.engine.onnx_model.IN_PLACE_BYTES", 0)
+        out = OnnxSeq2Seq._reshuffled(x, np.array(rows), moved, batch_axis)
+        assert out is x
+        np.testing.assert_array_equal(out, expected)
