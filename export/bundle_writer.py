@@ -12,8 +12,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from export.shared_weights import share_weights
 from service.engine.bundle import Bundle, load_bundle, sha256_of
-from service.engine.manifest import MANIFEST_FILE, FileEntry, Manifest
+from service.engine.manifest import MANIFEST_FILE, FileEntry, Graphs, Manifest
 from service.engine.translator import Translator
 
 
@@ -29,13 +30,16 @@ def staging_dir(out: Path) -> Path:
 
 
 def write_manifest(directory: Path, fields: dict[str, Any]) -> Manifest:
-    """Checksum every file in `directory` and write manifest.json describing them."""
+    """Store the weights both graphs hold once, checksum every file in `directory` and write
+    manifest.json describing them."""
+    graphs = Graphs.model_validate(fields["graphs"])
+    shared = share_weights(directory, graphs.encoder.file, graphs.decoder.file)
     files = {
         p.name: FileEntry(sha256=sha256_of(p), size=p.stat().st_size)
         for p in sorted(directory.iterdir())
         if p.is_file() and p.name != MANIFEST_FILE
     }
-    manifest = Manifest(**fields, files=files)
+    manifest = Manifest(**{**fields, "shared_weights": shared}, files=files)
     (directory / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return manifest
 

@@ -67,8 +67,13 @@ def _read_manifest(path: Path) -> Manifest:
 def _check_files(path: Path, manifest: Manifest) -> list[str]:
     problems = []
     referenced = {manifest.graphs.encoder.file, manifest.graphs.decoder.file} | manifest.tokenizers.files()
+    referenced |= {w.file for w in manifest.shared_weights}
     for name in sorted(referenced - set(manifest.files)):
         problems.append(f"{name}: used by the manifest but has no checksum entry")
+    for w in manifest.shared_weights:
+        entry = manifest.files.get(w.file)
+        if entry is not None and w.offset + w.length > entry.size:
+            problems.append(f"{w.file}: shared weight {w.decoder} ends at byte {w.offset + w.length}, past its end")
     for name, entry in sorted(manifest.files.items()):
         file = path / name
         if not file.is_file():

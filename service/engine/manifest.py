@@ -7,6 +7,7 @@ symbolic dims; `state` says how decoder state is initialised and carried between
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -141,6 +142,27 @@ class SearchDefaults(Strict):
     renormalize: bool = False  # log-softmax again after suppressing (transformers' renormalize_logits)
 
 
+class SharedWeight(Strict):
+    """A weight both graphs hold (a tied embedding), stored once: `length` bytes at `offset` of `file`,
+    where each graph's initializer points (ONNX external data). The service gives both sessions one
+    buffer (export/shared_weights.py writes these)."""
+
+    file: str
+    offset: int = Field(ge=0)
+    length: int = Field(gt=0)
+    dtype: Literal["float32", "uint8", "int8"]
+    shape: list[Annotated[int, Field(ge=0)]]
+    encoder: str  # the initializer's name in each graph
+    decoder: str
+
+    @model_validator(mode="after")
+    def _length_fits_the_shape(self) -> SharedWeight:
+        itemsize = 4 if self.dtype == "float32" else 1
+        if self.length != math.prod(self.shape) * itemsize:
+            raise ValueError(f"length {self.length} is not {self.dtype} {self.shape}")
+        return self
+
+
 class FileEntry(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     size: int = Field(ge=0)
@@ -247,4 +269,5 @@ class Manifest(Strict):
     attention_view: AttentionView = AttentionView()
     search: SearchDefaults = SearchDefaults()
     provenance: Provenance
+    shared_weights: list[SharedWeight] = []
     files: dict[str, FileEntry]

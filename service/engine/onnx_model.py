@@ -88,8 +88,13 @@ def shared_cpu_arena() -> None:
     ort.create_and_register_allocator(memory, ort.OrtArenaCfg({"arena_extend_strategy": 1}))  # 1: same as requested
 
 
-def make_session(path: str, config: SessionConfig) -> ort.InferenceSession:
+def make_session(
+    path: str, config: SessionConfig, initializers: dict[str, ort.OrtValue] | None = None
+) -> ort.InferenceSession:
+    """`initializers`: weights given instead of those in the graph (the caller keeps them alive)."""
     options = ort.SessionOptions()
+    for name, value in (initializers or {}).items():
+        options.add_initializer(name, value)
     options.intra_op_num_threads = config.intra_op_threads
     options.inter_op_num_threads = config.inter_op_threads
     options.enable_cpu_mem_arena = config.enable_mem_arena
@@ -106,9 +111,22 @@ def make_session(path: str, config: SessionConfig) -> ort.InferenceSession:
     return ort.InferenceSession(path, sess_options=options, providers=providers)
 
 
-def _load_session(bundle: Bundle, file: str, config: SessionConfig) -> ort.InferenceSession:
+def shared_weights(bundle: Bundle) -> dict[str, dict[str, ort.OrtValue]]:
+    """The weights both graphs hold, read once: for each graph, its initializer names -> one buffer."""
+    given: dict[str, dict[str, ort.OrtValue]] = {"encoder": {}, "decoder": {}}
+    for w in bundle.manifest.shared_weights:
+        dtype = np.dtype(w.dtype)
+        array = np.fromfile(bundle.file(w.file), dtype=dtype, count=w.length // dtype.itemsize, offset=w.offset)
+        value = ort.OrtValue.ortvalue_from_numpy(array.reshape(w.shape))  # no copy; it holds the array
+        given["encoder"][w.encoder] = given["decoder"][w.decoder] = value
+    return given
+
+
+def _load_session(
+    bundle: Bundle, file: str, config: SessionConfig, initializers: dict[str, ort.OrtValue]
+) -> ort.InferenceSession:
     try:
-        return make_session(str(bundle.file(file)), config)
+        return make_session(str(bundle.file(file)), config, initializers)
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BundleInvalid(bundle.path, [f"{file}: onnxruntime cannot load it ({reason})"]) from exc
@@ -126,8 +144,11 @@ class OnnxSeq2Seq:
         config = config or SessionConfig()
         graphs = bundle.manifest.graphs
         self.bundle = bundle
-        self.encoder = _load_session(bundle, graphs.encoder.file, config)
-        self.decoder = _load_session(bundle, graphs.decoder.file, config)
+        # one copy of a tied embedding for both sessions on the CPU (a device session copies it anyway);
+        # onnxruntime reads these buffers for as long as the sessions live
+        self._shared = shared_weights(bundle) if config.provider == "cpu" else {"encoder": {}, "decoder": {}}
+        self.encoder = _load_session(bundle, graphs.encoder.file, config, self._shared["encoder"])
+        self.decoder = _load_session(bundle, graphs.decoder.file, config, self._shared["decoder"])
         problems = graph_io_problems(graphs.encoder, self.encoder.get_inputs(), self.encoder.get_outputs())
         problems += graph_io_problems(graphs.decoder, self.decoder.get_inputs(), self.decoder.get_outputs())
         if problems:

@@ -1,0 +1,119 @@
+"""Weights both graphs hold, stored once: a tied embedding is the encoder's and the decoder's.
+
+A Marian checkpoint (OPUS-MT) ties its source and target embeddings: the two graphs each carried
+the same 65,001 x 512 table (133 MB in fp32, 33 MB as int8). `share_weights` finds initializers
+of identical type, shape and bytes in both graphs, writes each once to SHARED_FILE and makes both
+graphs' initializers point at it (ONNX external data: standard, so onnxruntime, onnx and netron
+read the graphs as they are). The manifest lists them (`shared_weights`), and the service hands
+both sessions one buffer. It runs on every manifest write (bundle_writer.write_manifest), so any
+tool that rewrites a graph gets its sharing back: the entries are read off the graphs themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import onnx
+from onnx.external_data_helper import load_external_data_for_model
+
+from service.engine.manifest import SharedWeight
+
+SHARED_FILE = "shared.weights"
+MIN_BYTES = 1 << 20  # smaller tensors are not worth a second file
+ALIGN = 4096  # each tensor starts on a page: a reader may map the file
+DTYPES: dict[int, Literal["float32", "uint8", "int8"]] = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.INT8: "int8",
+}
+ROLES = ("encoder", "decoder")
+
+
+def share_weights(directory: Path, encoder: str, decoder: str) -> list[SharedWeight]:
+    """Store the weights both graphs hold once; what is shared now (none: graphs left inline)."""
+    files = [directory / encoder, directory / decoder]
+    if not all(f.is_file() for f in files):
+        return []
+    models = [onnx.load(str(f), load_external_data=False) for f in files]
+    regions = [_regions(m) for m in models]
+    if not _inline_pairs(*models) and regions[0].keys() == regions[1].keys():
+        if not regions[0]:  # nothing shared: no file (a stale copy goes)
+            (directory / SHARED_FILE).unlink(missing_ok=True)
+        return _entries(*regions)  # as the last write left them
+    for model in models:  # rewrite: every tensor back inline, then shared anew
+        load_external_data_for_model(model, str(directory))
+    pairs = _inline_pairs(*models)
+    written = directory / f".{SHARED_FILE}.new"
+    with written.open("wb") as out:
+        for a, b in pairs:
+            out.write(b"\0" * (-out.tell() % ALIGN))
+            offset, data = out.tell(), a.raw_data
+            out.write(data)
+            for tensor in (a, b):
+                _point_at(tensor, offset, len(data))
+    for model, file in zip(models, files, strict=True):
+        onnx.save(model, str(file))
+    if pairs:
+        os.replace(written, directory / SHARED_FILE)
+    else:
+        written.unlink()
+        (directory / SHARED_FILE).unlink(missing_ok=True)
+    return _entries(*(_regions(m) for m in models))
+
+
+Pair = tuple[onnx.TensorProto, onnx.TensorProto]
+
+
+def _inline_pairs(encoder: onnx.ModelProto, decoder: onnx.ModelProto) -> list[Pair]:
+    """(encoder tensor, decoder tensor) with the same type, shape and bytes, held inline by both."""
+    index = {
+        (t.data_type, tuple(t.dims), t.raw_data): t
+        for t in encoder.graph.initializer
+        if t.data_type in DTYPES and len(t.raw_data) >= MIN_BYTES
+    }
+    pairs = []
+    for t in decoder.graph.initializer:
+        match = index.pop((t.data_type, tuple(t.dims), t.raw_data), None) if len(t.raw_data) >= MIN_BYTES else None
+        if match is not None:
+            pairs.append((match, t))
+    return pairs
+
+
+def _point_at(tensor: onnx.TensorProto, offset: int, length: int) -> None:
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", SHARED_FILE), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def _regions(model: onnx.ModelProto) -> dict[tuple[int, int], onnx.TensorProto]:
+    """(offset, length) of SHARED_FILE -> the initializer that points there."""
+    regions = {}
+    for t in model.graph.initializer:
+        ref = {e.key: e.value for e in t.external_data}
+        if t.data_location == onnx.TensorProto.EXTERNAL and ref.get("location") == SHARED_FILE:
+            regions[(int(ref["offset"]), int(ref["length"]))] = t
+    return regions
+
+
+def _entries(
+    encoder: dict[tuple[int, int], onnx.TensorProto], decoder: dict[tuple[int, int], onnx.TensorProto]
+) -> list[SharedWeight]:
+    """The regions both graphs point at."""
+    return [
+        SharedWeight(
+            file=SHARED_FILE,
+            offset=offset,
+            length=length,
+            dtype=DTYPES[t.data_type],
+            shape=list(t.dims),
+            encoder=t.name,
+            decoder=decoder[(offset, length)].name,
+        )
+        for (offset, length), t in sorted(encoder.items())
+        if (offset, length) in decoder
+    ]
