@@ -29,7 +29,10 @@ from service.engine.manifest import (
 from service.engine.search import FloatArray, IntArray, suppress
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
-CACHE_CHUNK = 16  # slots added at a time: a copy of the cache every 16 steps, not every step
+# slots added at a time: a copy of the cache every 8 steps, not every step. 8, not 16: the step's
+# attention reads every slot, written or not, and beam 4 x 32 of 20 tokens held 32 slots for 20
+# (en-zh 88.7 -> 72.7 ms, OPUS-MT int8 1,680 -> 1,612 ms and 600 -> 574 MB; batch 1 unchanged; 4: no better)
+CACHE_CHUNK = 8
 IN_PLACE_BYTES = 256 * 1024  # a beam reshuffle rewrites state tensors this large in place
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from service.engine.bundle import load_bundle
-from service.engine.onnx_model import OnnxSeq2Seq, OnnxState
+from service.engine.onnx_model import CACHE_CHUNK, OnnxSeq2Seq, OnnxState
 from service.engine.search import Cohort, Hypothesis
 from service.engine.translator import SearchOptions, Translator, pad_ids
 from tests.support.synthetic import synthetic_pairs
@@ -74,7 +74,7 @@ def test_rows_that_leave_take_their_source_and_cache_slots_with_them(bundle_dir:
     state = model.encode(*pad_ids([short, short]))
     state.state["positions"] = np.array([40, 3])  # row 0 has written 40 slots, row 1 three
     state = model.reorder(model.run_step(np.array([5, 5]), state)[1], np.array([1]))
-    assert state.state["past_key.0"].shape[2] == 16  # one chunk of slots is what row 1 needs
+    assert state.state["past_key.0"].shape[2] == CACHE_CHUNK  # one chunk of slots is what row 1 needs
     assert state.state["positions"].tolist() == [4]
 
 
