@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import onnx
+from google.protobuf.message import DecodeError
 from onnx.external_data_helper import load_external_data_for_model
 
 from service.engine.manifest import SharedWeight
@@ -36,7 +37,10 @@ def share_weights(directory: Path, encoder: str, decoder: str) -> list[SharedWei
     files = [directory / encoder, directory / decoder]
     if not all(f.is_file() for f in files):
         return []
-    models = [onnx.load(str(f), load_external_data=False) for f in files]
+    try:
+        models = [onnx.load(str(f), load_external_data=False) for f in files]
+    except DecodeError:  # not a graph: nothing to share, and the loader names it
+        return []
     regions = [_regions(m) for m in models]
     if not _inline_pairs(*models) and regions[0].keys() == regions[1].keys():
         if not regions[0]:  # nothing shared: no file (a stale copy goes)

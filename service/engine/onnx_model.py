@@ -86,7 +86,7 @@ def shared_cpu_arena() -> None:
     """Register one CPU arena for every session of this process that asks for it. It grows by what is
     asked (onnxruntime's own arenas double), and an encoder, its decoder and other bundles reuse one
     another's freed blocks instead of each keeping its own high-water mark: at OPUS-MT size, beam 4
-    x 32, int8, the worker's peak fell 690 -> 636 MB, speed unchanged (0.98-1.01x)."""
+    x 32, int8, the worker's peak fell 690 -> 634 MB, speed unchanged (0.98-1.01x)."""
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
     ort.create_and_register_allocator(memory, ort.OrtArenaCfg({"arena_extend_strategy": 1}))  # 1: same as requested
 
