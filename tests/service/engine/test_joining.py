@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.engine import onnx_model
 from service.engine.bundle import load_bundle
 from service.engine.onnx_model import CACHE_CHUNK, OnnxSeq2Seq, OnnxState
 from service.engine.search import Cohort, Hypothesis
@@ -125,13 +126,17 @@ def test_beam_cohorts_stepping_in_turn_on_one_model_keep_their_own_caches(
 def test_a_reshuffle_in_place_selects_the_rows_a_copy_would(batch_axis: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows read by others and overwritten themselves (cycles, a row taken twice, one dropped)."""
     rng = np.random.default_rng(0)
+    default = onnx_model.IN_PLACE_BYTES
     for rows in ([1, 0, 3, 2], [0, 0, 2, 2], [2, 0, 1, 3], [0, 1, 2, 3], [3, 3, 3, 3]):
         x = rng.standard_normal((4, 3, 5)) if batch_axis == 0 else rng.standard_normal((2, 4, 5))
         expected = np.take(x, rows, axis=batch_axis)
         moved = np.flatnonzero(np.array(rows) != np.arange(4))
-        assert OnnxSeq2Seq._reshuffled(x.copy(), np.array(rows), moved, batch_axis) is not x  # small: a copy
-        np.testing.assert_array_equal(OnnxSeq2Seq._reshuffled(x.copy(), np.array(rows), moved, batch_axis), expected)
-        monkeypatch.setattr("service.engine.onnx_model.IN_PLACE_BYTES", 0)
+        monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", default)
+        small = x.copy()
+        copied = OnnxSeq2Seq._reshuffled(small, np.array(rows), moved, batch_axis)
+        assert copied is not small  # under IN_PLACE_BYTES: a new array
+        np.testing.assert_array_equal(copied, expected)
+        monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", 0)
         out = OnnxSeq2Seq._reshuffled(x, np.array(rows), moved, batch_axis)
         assert out is x
         np.testing.assert_array_equal(out, expected)

@@ -227,6 +227,8 @@ def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(join
         a = asyncio.ensure_future(scheduler.submit("m", [[5, 6]]))
         await until(lambda: scheduler.depth == 2, "the first newcomer")
         permits.release()  # step 2; then the newcomer joins (no delay) or waits
+        if not join_delay_s:  # it starts at the next admission; an arrival before that would join it
+            await until(lambda: len(starter.cohorts) == 2, "the first newcomer's start")
         b = asyncio.ensure_future(scheduler.submit("m", [[7]]))
         await until(lambda: scheduler.depth == 3, "the second newcomer")
         for _ in range(20):
