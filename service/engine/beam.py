@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
+from service.engine.row_order import gap_filling
 from service.engine.scoring import FloatArray, Hypothesis, IntArray, Scoring, against_repeats, force_eos
 
 
@@ -136,19 +137,19 @@ class BeamDecode:
         C = row_tokens.shape[1]
         n_cand = min(2 * K, totals.shape[1])
         top = np.argpartition(-totals, n_cand - 1, axis=1)[:, :n_cand]  # (A, 2K)
-        kept: list[_Candidate] = []
-        still_active = []
+        going_on: dict[int, list[_Candidate]] = {}  # block -> its K beams
         for a, sentence in enumerate(self.active):
             order = top[a][np.argsort(-totals[a, top[a]], kind="stable")]  # (2K,) best first
             rows_and_slots = [(a * K + int(c) // C, int(c) % C, float(totals[a, c])) for c in order]
             candidates = [(row, int(row_tokens[row, slot]), total) for row, slot, total in rows_and_slots]
             alive = self._advance(sentence, candidates, log_probs, t, t + 1 >= self.max_lengths[sentence])
             if alive:
-                still_active.append(sentence)
-                kept += alive
+                going_on[a] = alive
             else:
                 self._done_now.append(sentence)
-        self.active = still_active
+        blocks = gap_filling(list(going_on))
+        kept = [c for a in blocks for c in going_on[a]]
+        self.active = still_active = [self.active[a] for a in blocks]
         if not still_active:  # no rows go on
             self.tokens = self.tokens[:0]
             return np.zeros(0, dtype=np.int64)
@@ -166,7 +167,7 @@ class BeamDecode:
     def drop(self, sentences: set[int]) -> IntArray | None:
         """Stop searching these sentences (their caller left); the state rows that go on (None: all).
         Between steps, so only the records of the rows about to be fed are cut."""
-        blocks = [a for a, s in enumerate(self.active) if s not in sentences]
+        blocks = gap_filling([a for a, s in enumerate(self.active) if s not in sentences])
         if len(blocks) == len(self.active):
             return None
         keep = np.array([a * self.K + k for a in blocks for k in range(self.K)], dtype=np.int64)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.engine.row_order import gap_filling
 from service.engine.scoring import FloatArray, Hypothesis, IntArray, Scoring, against_repeats, force_eos
 
 
@@ -54,12 +55,12 @@ class GreedyDecode:
             else:
                 self._finished.append((int(sentence), [self._hypothesis(int(sentence))]))
         self.tokens = tokens
-        return self._keep(np.asarray(keep, dtype=np.int64))
+        return self._keep(np.asarray(gap_filling(keep), dtype=np.int64))
 
     def drop(self, sentences: set[int]) -> IntArray | None:
         """Stop decoding these sentences (their caller left); the rows that go on (None: all)."""
-        keep = np.array([i for i, s in enumerate(self.rows) if int(s) not in sentences], dtype=np.int64)
-        return self._keep(keep)
+        keep = gap_filling([i for i, s in enumerate(self.rows) if int(s) not in sentences])
+        return self._keep(np.asarray(keep, dtype=np.int64))
 
     def take_finished(self) -> list[tuple[int, list[Hypothesis]]]:
         """Sentences finished since the last call, each with its one hypothesis."""

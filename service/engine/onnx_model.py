@@ -255,38 +255,56 @@ class OnnxSeq2Seq:
     def reorder(self, state: OnnxState, rows: IntArray) -> OnnxState:
         """Select state rows. The per-source tensors (cross-attention keys and values, the mask) follow
         only the sentence of each row: a beam reshuffle within sentences leaves them as they are,
-        which saves copying them every beam step."""
+        which saves copying them every beam step. Rows that stay where they are are not copied."""
         origin = np.arange(len(state.src_pad_mask)) if state.origin is None else state.origin
         new_origin = origin[rows]
-        if len(new_origin) == len(origin) and bool(np.array_equal(new_origin, origin)):
-            moved = np.flatnonzero(rows != np.arange(len(rows)))
-            tensors = state.state
-            if len(moved):
-                tensors = {s.input: self._reshuffled(state.state[s.input], rows, moved, s.batch_axis)
-                           for s in self.state_specs}  # fmt: skip
-            return OnnxState(state.src_pad_mask, state.statics, tensors, state.extras, new_origin)
-        # sentences left: what only they needed (a longer source, cache slots) goes too
-        sizes = self._needed(state, rows)
-        mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
-        statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items()}
-        tensors = {
-            s.input: self._take(s.input, state.state[s.input], rows, s.batch_axis, sizes) for s in self.state_specs
-        }
+        n = len(rows)
+        sizes = self._needed(state, rows) if n < len(origin) else {}
+        if n > len(origin) or self._shrinks(state, sizes):
+            # rows repeated (a beam starts), or what only the leavers needed (a longer source, cache slots) goes too
+            mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
+            statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items()}
+            tensors = {
+                s.input: self._take(s.input, state.state[s.input], rows, s.batch_axis, sizes) for s in self.state_specs
+            }
+            return OnnxState(mask, statics, tensors, state.extras, new_origin)
+        moved = np.flatnonzero(rows != np.arange(n))  # rows whose content comes from another row
+        other_source = np.flatnonzero(new_origin != origin[:n])  # rows whose content comes from another sentence
+        mask, statics = state.src_pad_mask, state.statics
+        if len(other_source) or n < len(origin):
+            mask = state.src_pad_mask[rows]
+            statics = {k: self._selected(v, rows, other_source, 0) for k, v in state.statics.items()}
+        tensors = {s.input: self._selected(state.state[s.input], rows, moved, s.batch_axis) for s in self.state_specs}
         return OnnxState(mask, statics, tensors, state.extras, new_origin)
 
     @staticmethod
-    def _reshuffled(x: npt.NDArray[Any], rows: IntArray, moved: IntArray, batch_axis: int) -> npt.NDArray[Any]:
-        """x's rows in a new order; `moved`: the rows whose source is another row. A large tensor is
-        rewritten in place, only its moved rows (read into one buffer first, since a row may be both
-        read and overwritten): a new array held every cache twice at the peak, 100 MB more at OPUS-MT
-        size with beam 4 x 32, and was slower from a few MB up (fresh pages to fault in). The search
-        has dropped the state this one replaces, and a step writes its slots into these arrays in
-        place already (write_slots). A small one is copied whole: one take costs less than two
-        fancy-indexing passes (2.3 against 4.2 us at 64 KB)."""
-        if x.nbytes < IN_PLACE_BYTES:
+    def _selected(x: npt.NDArray[Any], rows: IntArray, moved: IntArray, batch_axis: int) -> npt.NDArray[Any]:
+        """x's rows `rows` (no more than it has); `moved`: the places whose content is another row's.
+
+        A large tensor is rewritten in place, only its moved rows (read into one buffer first, since a
+        row may be both read and overwritten), and when rows left, its first len(rows) are returned (a
+        view, still contiguous, with the batch first). A new array held every cache twice at the peak
+        (100 MB more at OPUS-MT size, beam 4 x 32) and was slower from a few MB up (fresh pages to
+        fault in); with sentences leaving, it copied every row at most steps of beam 4 x 32 on real
+        sentences. The search has dropped the state this one replaces, and a step writes its slots
+        into these arrays in place already (write_slots). A small one is copied whole: one take costs
+        less than two fancy-indexing passes (2.3 against 4.2 us at 64 KB)."""
+        same_size = len(rows) == x.shape[batch_axis]
+        if x.nbytes < IN_PLACE_BYTES or not (same_size or batch_axis == 0):
             return np.take(x, rows, axis=batch_axis)
-        x[(slice(None),) * batch_axis + (moved,)] = np.take(x, rows[moved], axis=batch_axis)
-        return x
+        if len(moved):
+            x[(slice(None),) * batch_axis + (moved,)] = np.take(x, rows[moved], axis=batch_axis)
+        return x if same_size else x[: len(rows)]
+
+    def _shrinks(self, state: OnnxState, sizes: dict[str, int]) -> bool:
+        """Whether a named axis (source, cache slots) gets shorter with `sizes`."""
+        if not sizes:
+            return False
+        if sizes[SOURCE_AXIS] < state.src_pad_mask.shape[1]:
+            return True
+        if CACHE_AXIS in sizes:
+            return any(sizes[CACHE_AXIS] < state.state[name].shape[axis] for name, axis in self.slot_axis.items())
+        return False
 
     def _needed(self, state: OnnxState, rows: IntArray) -> dict[str, int]:
         """The source width and cache slots the selected rows still need, where that is less than now."""

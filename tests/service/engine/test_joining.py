@@ -48,8 +48,13 @@ def check_joining(translator: Translator) -> None:
             assert np.array_equal(found[i].attention[..., :width], expected.attention)
 
 
+@pytest.mark.parametrize("in_place_bytes", [0, 1 << 60])
 @pytest.mark.parametrize("name", ["en-zh", "en-zh-int8"])
-def test_exported_bundles_take_sentences_mid_decode(bundle_dir: Path, name: str) -> None:
+def test_exported_bundles_take_sentences_mid_decode(
+    bundle_dir: Path, name: str, in_place_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also with every state tensor rewritten in place as sentences leave (OnnxSeq2Seq._selected)."""
+    monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", in_place_bytes)
     translator = Translator(load_bundle(bundle_dir / name))
     assert translator.model.joinable and translator.model.slotted
     check_joining(translator)
@@ -101,7 +106,7 @@ def test_beam_cohorts_stepping_in_turn_on_one_model_keep_their_own_caches(
     bundle_dir: Path, in_place_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A beam reshuffle rewrites a cohort's large state arrays in place and copies small ones
-    (OnnxSeq2Seq._reshuffled): either way, two cohorts of one model, of one shape, stepping in turn,
+    (OnnxSeq2Seq._selected): either way, two cohorts of one model, of one shape, stepping in turn,
     must each still get what every sentence gets alone, and keep their own arrays."""
     monkeypatch.setattr("service.engine.onnx_model.IN_PLACE_BYTES", in_place_bytes)
     translator = Translator(load_bundle(bundle_dir / "en-zh-int8"))
@@ -133,10 +138,54 @@ def test_a_reshuffle_in_place_selects_the_rows_a_copy_would(batch_axis: int, mon
         moved = np.flatnonzero(np.array(rows) != np.arange(4))
         monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", default)
         small = x.copy()
-        copied = OnnxSeq2Seq._reshuffled(small, np.array(rows), moved, batch_axis)
+        copied = OnnxSeq2Seq._selected(small, np.array(rows), moved, batch_axis)
         assert copied is not small  # under IN_PLACE_BYTES: a new array
         np.testing.assert_array_equal(copied, expected)
         monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", 0)
-        out = OnnxSeq2Seq._reshuffled(x, np.array(rows), moved, batch_axis)
+        out = OnnxSeq2Seq._selected(x, np.array(rows), moved, batch_axis)
         assert out is x
         np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("batch_axis", [0, 1])
+def test_rows_that_leave_are_closed_up_in_place_when_the_batch_comes_first(
+    batch_axis: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fewer rows than the tensor has: batch-first tensors keep their buffer (the first rows, a
+    contiguous view); any other layout is copied."""
+    monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", 0)
+    rng = np.random.default_rng(1)
+    for rows in ([0, 3, 2], [3, 1], [2, 2], [0, 1]):
+        x = rng.standard_normal((4, 3, 5)) if batch_axis == 0 else rng.standard_normal((2, 4, 5))
+        expected = np.take(x, rows, axis=batch_axis)
+        moved = np.flatnonzero(np.array(rows) != np.arange(len(rows)))
+        out = OnnxSeq2Seq._selected(x, np.array(rows), moved, batch_axis)
+        np.testing.assert_array_equal(out, expected)
+        assert np.shares_memory(out, x) == (batch_axis == 0)
+        assert out.flags.c_contiguous
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_sentence_that_leaves_mid_batch_has_its_place_taken_by_the_last(
+    bundle_dir: Path, beam_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last sentence's rows move into the gap, the state's large tensors stay in their buffers,
+    and the sentences left get what they get alone."""
+    monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", 0)
+    translator = Translator(load_bundle(bundle_dir / "en-zh-int8"))
+    ids = sources(translator)[:4]
+    options = translator.options(beam_size=beam_size)
+    alone = [translator.search_ids([i], options)[0][0] for i in ids]
+    cohort = translator.begin(ids, options)
+    found: dict[int, Hypothesis] = {}
+    decoded(cohort, found, steps=2)
+    assert not found
+    before = dict(cohort.state.state)
+    cohort.drop({1})
+    assert cohort.state.origin is not None
+    assert list(cohort.state.origin[::beam_size]) == [0, 3, 2]  # sentence 3 took sentence 1's place
+    assert all(np.shares_memory(cohort.state.state[k], before[k]) for k in before if k != "positions")
+    decoded(cohort, found)
+    assert sorted(found) == [0, 2, 3]
+    assert all(found[i].tokens == alone[i].tokens for i in found)
+    assert all(found[i].token_log_probs == alone[i].token_log_probs for i in found)
