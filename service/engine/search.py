@@ -182,10 +182,8 @@ class Cohort(Generic[StateT]):
         if any(part.width is None for part in [*self.parts, *other.parts]):
             return None
         offset = self._sentences
-        # newcomers' rows go first: the oldest sentences, which tend to finish first, are then the
-        # last rows, where leaving moves nothing behind them (row_order.py)
-        self.state = model.merge(other.state, self.state)  # type: ignore[attr-defined]
-        self.parts = [_Part(p.decode, p.first + offset, p.sentences, p.width) for p in other.parts] + self.parts
+        self.state = model.merge(self.state, other.state)  # type: ignore[attr-defined]
+        self.parts += [_Part(p.decode, p.first + offset, p.sentences, p.width) for p in other.parts]
         self._sentences += other.sentences
         return offset
 

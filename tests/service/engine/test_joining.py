@@ -189,3 +189,47 @@ def test_a_sentence_that_leaves_mid_batch_has_its_place_taken_by_the_last(
     assert sorted(found) == [0, 2, 3]
     assert all(found[i].tokens == alone[i].tokens for i in found)
     assert all(found[i].token_log_probs == alone[i].token_log_probs for i in found)
+
+
+def test_a_join_writes_the_newcomers_into_rows_the_batch_has_to_spare(
+    bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a sentence left, the next join fills the rows it freed (no copy of the batch); a join
+    with no rows to spare makes a buffer with room for the next. Everyone gets what they get alone."""
+    monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", 0)
+    translator = Translator(load_bundle(bundle_dir / "en-zh-int8"))
+    ids = sources(translator)
+    first, later = ids[:3], ids[3:5]
+    options = translator.options(beam_size=1)
+    alone = [translator.search_ids([i], options)[0][0] for i in [*first, *later]]
+    cohort = translator.begin(first, options)
+    found: dict[int, Hypothesis] = {}
+    decoded(cohort, found, steps=2)
+    cohort.drop({1})
+    before = dict(cohort.state.state)
+    assert cohort.join(translator.begin(later[:1], options)) == 3
+    name = "past_key.0"
+    assert np.shares_memory(cohort.state.state[name], before[name])  # into the row sentence 1 left
+    decoded(cohort, found, steps=1)
+    assert cohort.join(translator.begin(later[1:], options)) == 4  # no row to spare: a new buffer
+    grown = cohort.state.state[name]
+    assert grown.base is not None and len(grown.base) > len(grown)  # with room for the next
+    decoded(cohort, found)
+    assert sorted(found) == [0, 2, 3, 4]
+    for i, expected in zip([0, 2, 3, 4], [alone[0], *alone[2:]], strict=True):
+        assert found[i].tokens == expected.tokens
+        assert found[i].token_log_probs == expected.token_log_probs
+
+
+def test_rows_that_leave_cut_a_width_only_when_a_quarter_of_it_goes(
+    bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(onnx_model, "IN_PLACE_BYTES", 0)
+    translator = Translator(load_bundle(bundle_dir / "en-zh"))
+    model, ids = translator.model, sources(translator)
+    state = model.encode(*pad_ids([ids[0], ids[0]]))
+    state.state["positions"] = np.array([39, 25])  # 40 slots; row 1 alone needs 32 of them
+    stepped = model.run_step(np.array([5, 5]), state)[1]
+    kept = model.reorder(stepped, np.array([1]))
+    assert kept.state["past_key.0"].shape[2] == 40  # 32 of 40: left as padding, no copy
+    assert np.shares_memory(kept.state["past_key.0"], stepped.state["past_key.0"])
