@@ -205,12 +205,14 @@ def test_a_join_writes_the_newcomers_into_rows_the_batch_has_to_spare(
     cohort = translator.begin(first, options)
     found: dict[int, Hypothesis] = {}
     decoded(cohort, found, steps=2)
+    assert not found
     cohort.drop({1})
     before = dict(cohort.state.state)
     assert cohort.join(translator.begin(later[:1], options)) == 3
     name = "past_key.0"
     assert np.shares_memory(cohort.state.state[name], before[name])  # into the row sentence 1 left
     decoded(cohort, found, steps=1)
+    assert not found  # no row has left since the first join
     assert cohort.join(translator.begin(later[1:], options)) == 4  # no row to spare: a new buffer
     grown = cohort.state.state[name]
     assert grown.base is not None and len(grown.base) > len(grown)  # with room for the next
