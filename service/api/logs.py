@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 FIELDS = ("event", "request_id", "method", "route", "status", "duration_ms")
+_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps builds one per call for non-default options
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,7 +30,7 @@ class JsonFormatter(logging.Formatter):
             line["traceback"] = self.formatException(record.exc_info)
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(line, ensure_ascii=False)
+        return _ENCODER.encode(line)
 
 
 def configure_logging(level: str = "INFO") -> dict[str, Any]:

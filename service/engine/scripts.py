@@ -7,6 +7,7 @@ Language-neutral on purpose: a bundle may translate any pair, so the engine deci
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
 
 # Scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, kana, CJK.
 UNSPACED: tuple[tuple[int, int], ...] = (
@@ -32,6 +33,7 @@ def joins_without_space(ch: str) -> bool:
     return _within(ch, UNSPACED) or _within(ch, CJK_PUNCTUATION)
 
 
+@lru_cache(maxsize=8192)  # asked of every character of every request; texts reuse few characters
 def script_of(ch: str) -> str | None:
     """A letter's script by its Unicode name ("LATIN", "CJK", "CYRILLIC", "HIRAGANA"...); None for the rest."""
     if not ch.isalpha():

@@ -17,7 +17,7 @@ from typing import Literal
 
 from sentencex import get_sentence_boundaries
 
-from service.engine.tokenizer import TextTokenizer
+from service.engine.tokenizer import Encoding, TextTokenizer
 
 Join = Literal["start", "line", "sentence", "clause", "limit"]  # what separates a piece from the one before
 CLAUSE_END = re.compile(r"[;:,](?=\s)|[；：，、]")
@@ -66,6 +66,17 @@ class Segmenter:
         out: list[Piece] = []
         for sentence in sentences(text, self.lang):
             out += self._fit(text, sentence)
+        return out
+
+    def encoded(self, text: str) -> list[tuple[Piece, Encoding]]:
+        """The pieces with their encodings: a sentence within the limit is tokenized once, for both."""
+        out: list[tuple[Piece, Encoding]] = []
+        for sentence in sentences(text, self.lang):
+            enc = self.tokenizer.encode(text[sentence.start : sentence.end])
+            if len(enc.ids) + 1 <= self.max_tokens:  # + the end token, as `tokens` counts
+                out.append((sentence, enc))
+            else:
+                out += [(p, self.tokenizer.encode(text[p.start : p.end])) for p in self._fit(text, sentence)]
         return out
 
     def _fit(self, text: str, piece: Piece) -> list[Piece]:

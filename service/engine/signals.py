@@ -28,8 +28,8 @@ def signals(matrix: Matrix, source: list[Token], threshold: float) -> Signals:
     eos_mass = float(matrix[:, eos_columns].sum(axis=1).mean()) if eos_columns and matrix.shape[0] else 0.0
     unattended = [j for j, tok in enumerate(source) if not tok.special and coverage[j] < threshold]
     return Signals(
-        coverage=[float(c) for c in coverage],
-        entropy=[float(e) for e in entropy],
+        coverage=coverage.tolist(),  # Python floats, as float() of each
+        entropy=entropy.tolist(),
         unattended_source=unattended,
         unattended_threshold=threshold,
         eos_mass=eos_mass,

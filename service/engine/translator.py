@@ -32,6 +32,7 @@ from service.engine.search import (
 )
 from service.engine.segmentation import Piece, Segmenter
 from service.engine.text import normalize
+from service.engine.tokenizer import Encoding
 from service.engine.tokenizer_loading import load_tokenizers
 
 
@@ -162,6 +163,10 @@ class Translator:
     def segment(self, text: str) -> list[Piece]:
         """The pieces of a (normalised) text the model translates one by one: sentences, clauses."""
         return self.segmenter(text)
+
+    def segment_encoded(self, text: str) -> list[tuple[Piece, Encoding]]:
+        """`segment`'s pieces, each with its source encoding."""
+        return self.segmenter.encoded(text)
 
     def translate_texts(self, texts: list[str], options: SearchOptions, batch_size: int = 32) -> list[str]:
         """Best translation of each text, as the service gives it: the text cut into sentences (and

@@ -61,9 +61,8 @@ def checked_text(text: str, subject: Subject, limits: Limits) -> str:
 def prepare(translator: Translator, text: str, subject: Subject, limits: Limits) -> PreparedText:
     """Check a text and cut it into the pieces the model translates one by one."""
     text = checked_text(text, subject, limits)
-    pieces = translator.segment(text)
-    encodings = [translator.src_tokenizer.encode(text[p.start : p.end]) for p in pieces]
-    return PreparedText(subject, text, pieces, encodings)
+    encoded = translator.segment_encoded(text)
+    return PreparedText(subject, text, [p for p, _ in encoded], [e for _, e in encoded])
 
 
 def whole(translator: Translator, text: str, subject: Subject, limits: Limits) -> PreparedText:

@@ -56,6 +56,15 @@ def test_no_clause_to_cut_at_cuts_at_the_limit() -> None:
     assert all(len(p) + 1 <= 10 for p, _ in pieces) and {j for _, j in pieces[1:]} == {"limit"}
 
 
+def test_pieces_come_with_their_encodings_as_if_tokenized_again() -> None:
+    text = "Short one. one two, three four; five six: seven eight, nine.\n" + "a" * 30
+    segmenter = Segmenter(CharTokens(), "en", 12)  # type: ignore[arg-type]
+    encoded = segmenter.encoded(text)
+    assert [p for p, _ in encoded] == segmenter(text)
+    assert [e for _, e in encoded] == [CharTokens().encode(text[p.start : p.end]) for p in segmenter(text)]
+    assert {p.join for p, _ in encoded} == {"start", "sentence", "clause", "line", "limit"}  # every path
+
+
 def test_joins_keep_line_breaks_and_space_only_between_spaced_scripts() -> None:
     assert separator("  ", "Hello.", "World.") == " "
     assert separator("\n\n", "Hello.", "World.") == "\n\n"
