@@ -31,10 +31,11 @@ def decoded(cohort: Cohort[OnnxState], found: dict[int, Hypothesis], steps: int 
 
 
 def check_joining(translator: Translator) -> None:
+    """Greedy and beam next to each other, and two beam searches."""
     ids = sources(translator)
     first, second = ids[::2], ids[1::2]
     greedy, beam = translator.options(beam_size=1), translator.options(beam_size=3)
-    for a, b in ((greedy, beam), (beam, greedy)):
+    for a, b in ((greedy, beam), (beam, greedy), (beam, beam)):
         alone = [translator.search_ids([i], o)[0][0] for i, o in [*((i, a) for i in first), *((i, b) for i in second)]]
         cohort = translator.begin(first, a)
         found: dict[int, Hypothesis] = {}
