@@ -4,11 +4,12 @@
     python -m benchmarks.settings_ab --bundle bundles/en-zh MT_INTRA_OP_SPINNING=true MT_INTRA_OP_SPINNING=false
 
 Each variant is a set of MT_* settings (`A=1,B=2` for several) given to a real `attention-mt
-serve` of its own; all the servers run at once and every round measures each in turn, so drift
-on a shared machine falls on every variant alike. A round takes, per server: 32 clients' greedy
-throughput, 16 clients' at beam 4, the latency of 2 clients (the cost a wait for company puts on
-light traffic), and a short sentence's p99 while 32 clients keep the server busy; at the end, each
-server's peak RSS. Reported: the median of the rounds and each round's figure, so the spread shows.
+serve` of its own; all the servers run at once and every round measures each in turn (the order
+reversed every other round), so drift on a shared machine falls on every variant alike. A round
+takes, per server: 32 clients' greedy throughput, 16 clients' at beam 4, the latency of 2 clients
+(the cost a wait for company puts on light traffic), and a short sentence's p99 while 32 clients
+keep the server busy; at the end, each server's peak RSS. Reported: the median of the rounds and
+each round's figure, so the spread shows.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ async def measure(servers: dict[str, Server], bundle: Path, rounds: int, seconds
     for server in servers.values():  # warm-up
         await load(server.port, greedy, 32, 2)
     runs: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
-    for _ in range(rounds):
-        for name, server in servers.items():
+    for r in range(rounds):
+        order = list(servers.items())
+        for name, server in order if r % 2 == 0 else order[::-1]:  # each variant first in every other round
             for figure, value in (await one_round(server.port, greedy, beam4, probe, seconds)).items():
                 runs[name].setdefault(figure, []).append(value)
     results: dict[str, Any] = {

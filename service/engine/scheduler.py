@@ -66,6 +66,7 @@ class SchedulerConfig:
     max_cohorts: int = 4  # cohorts decoding at once, one step each in turn
     max_delay_s: float = 0.0  # extra wait for company before a cohort starts
     join_delay_s: float = 0.0  # the same while a batch runs (its steps go on meanwhile)
+    beam_join_delay_s: float = 0.0  # the same for beam searches (`wide` keys): each join costs them more
     max_queue: int = 256  # sentences and calls waiting or being decoded
     retry_after_s: int = 1
 
@@ -126,10 +127,12 @@ class Scheduler(Generic[ResultT]):
         on_batch: Callable[[int], None] = lambda size: None,
         on_fatal: Callable[[BaseException], None] = lambda exc: None,
         group: Callable[[Hashable], Hashable] = lambda key: key,
+        wide: Callable[[Hashable], bool] = lambda key: False,
     ) -> None:
-        """`group(key)`: the batches a key's sentences may join (the model, whatever the search options)."""
+        """`group(key)`: the batches a key's sentences may join (the model, whatever the search options);
+        `wide(key)`: whether they are beam searches, which wait `beam_join_delay_s` for company."""
         self.start_cohort, self.config, self.on_batch, self.on_fatal = start_cohort, config, on_batch, on_fatal
-        self.group = group
+        self.group, self.wide = group, wide
         self._cv = threading.Condition()
         self._queue: deque[_Job | _Call] = deque()
         self._running: list[_Running[ResultT]] = []
@@ -229,10 +232,12 @@ class Scheduler(Generic[ResultT]):
             first = self._queue[0]
             assert isinstance(first, _Job)  # calls were taken first
             # while a batch they can join runs, waiting costs no idle time: a short wait encodes
-            # arrivals together; a model with nothing running starts at once
+            # arrivals together; a model with nothing running starts at once. A beam search waits
+            # longer: its join (an encoder call, a merge, a search of its own every step) costs more
             delay = self.config.max_delay_s
             if self.group(first.key) in running:
-                delay = max(delay, self.config.join_delay_s)
+                joining = self.config.beam_join_delay_s if self.wide(first.key) else self.config.join_delay_s
+                delay = max(delay, joining)
             if self.config.batching:
                 # rows free up as sentences finish: new ones take their places, so all cohorts
                 # together decode at most max_batch sentences (one full batch's worth of work)

@@ -72,6 +72,7 @@ class TranslationService:
             on_batch or (lambda n: None),
             on_fatal or (lambda exc: None),
             group=lambda key: cast(tuple[str, SearchOptions], key)[0],  # (model, search options)
+            wide=lambda key: cast(tuple[str, SearchOptions], key)[1].beam_size > 1,
         )
 
     # 0) which model

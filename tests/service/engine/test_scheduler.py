@@ -208,18 +208,25 @@ class Stepped(Joinable):
         return super().step()
 
 
-@pytest.mark.parametrize("join_delay_s", [0.0, 60.0])
-def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(join_delay_s: float) -> None:
+@pytest.mark.parametrize(
+    ("join_delay_s", "beam_join_delay_s", "beam"),
+    [(0.0, 0.0, False), (60.0, 0.0, False), (0.0, 60.0, True), (60.0, 0.0, True), (0.0, 60.0, False)],
+)
+def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(
+    join_delay_s: float, beam_join_delay_s: float, beam: bool
+) -> None:
     """Arrivals at two different steps: with no join delay each joins at the next step; with one,
-    they wait (the batch steps on) and are encoded together. An idle scheduler never waits: the
-    two start at once when the batch ends, long before 60 s."""
+    they wait (the batch steps on) and are encoded together. A beam search's sentences wait the
+    beam join delay, others the join delay. An idle scheduler never waits: the two start at once
+    when the batch ends, long before 60 s."""
     starter = Starter()
     starter.kind = Stepped
     Stepped.permits = permits = threading.Semaphore(0)
+    waits = beam_join_delay_s if beam else join_delay_s
 
     async def main() -> list[list[list[int]]]:
-        config = SchedulerConfig(max_batch=8, join_delay_s=join_delay_s)
-        scheduler: Scheduler[list[int]] = Scheduler(starter, config)
+        config = SchedulerConfig(max_batch=8, join_delay_s=join_delay_s, beam_join_delay_s=beam_join_delay_s)
+        scheduler: Scheduler[list[int]] = Scheduler(starter, config, wide=lambda key: beam)
         scheduler.start()
         first = asyncio.ensure_future(scheduler.submit("m", [[1, 2, 3, 4]]))  # 4 steps
         await until(lambda: starter.cohorts, "the first cohort")
@@ -227,7 +234,7 @@ def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(join
         a = asyncio.ensure_future(scheduler.submit("m", [[5, 6]]))
         await until(lambda: scheduler.depth == 2, "the first newcomer")
         permits.release()  # step 2; then the newcomer joins (no delay) or waits
-        if not join_delay_s:  # it starts at the next admission; an arrival before that would join it
+        if not waits:  # it starts at the next admission; an arrival before that would join it
             await until(lambda: len(starter.cohorts) == 2, "the first newcomer's start")
         b = asyncio.ensure_future(scheduler.submit("m", [[7]]))
         await until(lambda: scheduler.depth == 3, "the second newcomer")
@@ -238,7 +245,7 @@ def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(join
         return results
 
     assert asyncio.run(main()) == [[[4, 3, 2, 1]], [[6, 5]], [[7]]]
-    if join_delay_s:
+    if waits:
         assert [c.src_ids for _, c in starter.cohorts] == [[[1, 2, 3, 4]], [[5, 6], [7]]]
     else:
         assert [len(c.src_ids) for _, c in starter.cohorts] == [3, 1, 1]  # both joined the first
