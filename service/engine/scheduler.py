@@ -228,9 +228,13 @@ class Scheduler(Generic[ResultT]):
         cohorts: list[tuple[Hashable, list[_Job]]] = []
         decoding = sum(len(run.pending) for run in self._running)
         running = {run.group for run in self._running}
-        while self._queue and len(self._running) + len(cohorts) < self.config.max_cohorts:
-            first = self._queue[0]
-            assert isinstance(first, _Job)  # calls were taken first
+        waiting: dict[Hashable, float] = {}  # keys waiting for company, and for how long yet
+        while len(self._running) + len(cohorts) < self.config.max_cohorts:
+            # the oldest sentence whose key is not waiting: a beam search that waits for company
+            # does not hold back the greedy sentences queued after it
+            first = next((j for j in self._queue if isinstance(j, _Job) and j.key not in waiting), None)
+            if first is None:
+                break
             # while a batch they can join runs, waiting costs no idle time: a short wait encodes
             # arrivals together; a model with nothing running starts at once. A beam search waits
             # longer: its join (an encoder call, a merge, a search of its own every step) costs more
@@ -247,7 +251,8 @@ class Scheduler(Generic[ResultT]):
                 members = [j for j in self._queue if isinstance(j, _Job) and j.key == first.key][:room]
                 wait = first.enqueued + delay - now
                 if len(members) < room and wait > 0 and not self._stopping:
-                    return cohorts, wait
+                    waiting[first.key] = wait
+                    continue
             else:
                 members = [j for j in self._queue if isinstance(j, _Job) and j.request == first.request]
             taken = {id(j) for j in members}
@@ -256,7 +261,7 @@ class Scheduler(Generic[ResultT]):
             self._in_flight += len(live)
             if live:
                 cohorts.append((first.key, live))
-        return cohorts, None
+        return cohorts, min(waiting.values(), default=None)
 
     def _run_call(self, call: _Call) -> None:
         result, error = None, None

@@ -279,6 +279,37 @@ def test_a_model_with_nothing_running_never_waits_for_another_models_batch() -> 
     assert [len(c.src_ids) for _, c in starter.cohorts] == [1, 1]  # a batch never takes another model's rows
 
 
+def test_a_beam_search_waiting_for_company_does_not_hold_back_greedy_sentences() -> None:
+    """A beam sentence waits up to its long join delay while its model's batch runs; a greedy
+    sentence queued after it joins at the next step all the same (holding it behind the beam one
+    would time this test out), and the beam one starts once the batch ends."""
+    starter = Starter()
+    starter.kind = Stepped
+    Stepped.permits = permits = threading.Semaphore(0)
+
+    async def main() -> list[list[list[int]]]:
+        config = SchedulerConfig(max_batch=8, join_delay_s=0.0, beam_join_delay_s=60.0)
+        wide = lambda key: key[1] == "beam"  # noqa: E731
+        scheduler: Scheduler[list[int]] = Scheduler(starter, config, group=lambda key: key[0], wide=wide)
+        scheduler.start()
+        running = asyncio.ensure_future(scheduler.submit(("m", "greedy"), [[1, 2, 3, 4]]))
+        await until(lambda: starter.cohorts, "the first cohort")
+        beam = asyncio.ensure_future(scheduler.submit(("m", "beam"), [[5, 6]]))
+        await until(lambda: scheduler.depth == 2, "the beam sentence")
+        greedy = asyncio.ensure_future(scheduler.submit(("m", "greedy"), [[7]]))
+        await until(lambda: scheduler.depth == 3, "the greedy sentence")
+        permits.release()  # step 1; then the greedy newcomer joins while the beam one waits
+        await until(lambda: len(starter.cohorts) == 2, "the greedy newcomer's start")
+        for _ in range(20):
+            permits.release()
+        results = [await running, await beam, await greedy]
+        await scheduler.stop()
+        return results
+
+    assert asyncio.run(main()) == [[[4, 3, 2, 1]], [[6, 5]], [[7]]]
+    assert [key for key, _ in starter.cohorts] == [("m", "greedy"), ("m", "greedy"), ("m", "beam")]
+
+
 def test_a_full_queue_refuses_at_once_and_has_room_afterwards() -> None:
     starter = Starter()
     starter.gates["m"] = gate = threading.Event()
