@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Hashable
+from typing import cast
 
 import pytest
 
@@ -208,6 +209,30 @@ class Stepped(Joinable):
         return super().step()
 
 
+def model_of(key: Hashable) -> Hashable:
+    """The model of a (model, search options) key: the batches its sentences may join."""
+    return cast(tuple[str, str], key)[0]
+
+
+def stepped() -> tuple[Starter, threading.Semaphore]:
+    """A starter of Stepped cohorts, and the semaphore each of their steps waits on."""
+    starter = Starter()
+    starter.kind = Stepped
+    Stepped.permits = permits = threading.Semaphore(0)
+    return starter, permits
+
+
+async def finished(
+    scheduler: Scheduler[list[int]], permits: threading.Semaphore, *requests: asyncio.Future[list[list[int]]]
+) -> list[list[list[int]]]:
+    """Let every step left run; each request's results, in order, with the scheduler stopped."""
+    for _ in range(20):
+        permits.release()
+    results = [await r for r in requests]
+    await scheduler.stop()
+    return results
+
+
 @pytest.mark.parametrize(
     ("join_delay_s", "beam_join_delay_s", "beam"),
     [(0.0, 0.0, False), (60.0, 0.0, False), (0.0, 60.0, True), (60.0, 0.0, True), (0.0, 60.0, False)],
@@ -219,9 +244,7 @@ def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(
     they wait (the batch steps on) and are encoded together. A beam search's sentences wait the
     beam join delay, others the join delay. An idle scheduler never waits: the two start at once
     when the batch ends, long before 60 s."""
-    starter = Starter()
-    starter.kind = Stepped
-    Stepped.permits = permits = threading.Semaphore(0)
+    starter, permits = stepped()
     waits = beam_join_delay_s if beam else join_delay_s
 
     async def main() -> list[list[list[int]]]:
@@ -238,11 +261,7 @@ def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(
             await until(lambda: len(starter.cohorts) == 2, "the first newcomer's start")
         b = asyncio.ensure_future(scheduler.submit("m", [[7]]))
         await until(lambda: scheduler.depth == 3, "the second newcomer")
-        for _ in range(20):
-            permits.release()
-        results = [await first, await a, await b]
-        await scheduler.stop()
-        return results
+        return await finished(scheduler, permits, first, a, b)
 
     assert asyncio.run(main()) == [[[4, 3, 2, 1]], [[6, 5]], [[7]]]
     if waits:
@@ -254,13 +273,11 @@ def test_while_a_batch_runs_newcomers_wait_for_company_up_to_the_join_delay(
 def test_a_model_with_nothing_running_never_waits_for_another_models_batch() -> None:
     """The join delay is for sentences that can join the running batch: one of another model starts
     at the next step even with a 60 s delay (a wrong wait would time this test out)."""
-    starter = Starter()
-    starter.kind = Stepped
-    Stepped.permits = permits = threading.Semaphore(0)
+    starter, permits = stepped()
 
     async def main() -> list[list[list[int]]]:
         config = SchedulerConfig(max_batch=8, join_delay_s=60.0)
-        scheduler: Scheduler[list[int]] = Scheduler(starter, config, group=lambda key: key[0])
+        scheduler: Scheduler[list[int]] = Scheduler(starter, config, group=model_of)
         scheduler.start()
         running = asyncio.ensure_future(scheduler.submit(("en-zh", "greedy"), [[1, 2, 3]]))
         await until(lambda: starter.cohorts, "the first cohort")
@@ -268,11 +285,7 @@ def test_a_model_with_nothing_running_never_waits_for_another_models_batch() -> 
         await until(lambda: scheduler.depth == 2, "the other model's sentence")
         permits.release()  # step 1 of the running batch; the other model starts right after it
         await until(lambda: len(starter.cohorts) == 2, "the other model's cohort")
-        for _ in range(10):
-            permits.release()
-        results = [await running, await other]
-        await scheduler.stop()
-        return results
+        return await finished(scheduler, permits, running, other)
 
     assert asyncio.run(main()) == [[[3, 2, 1]], [[5, 4]]]
     assert [key for key, _ in starter.cohorts] == [("en-zh", "greedy"), ("zh-en", "greedy")]
@@ -283,28 +296,22 @@ def test_a_beam_search_waiting_for_company_does_not_hold_back_greedy_sentences()
     """A beam sentence waits up to its long join delay while its model's batch runs; a greedy
     sentence queued after it joins at the next step all the same (holding it behind the beam one
     would time this test out), and the beam one starts once the batch ends."""
-    starter = Starter()
-    starter.kind = Stepped
-    Stepped.permits = permits = threading.Semaphore(0)
+    starter, permits = stepped()
 
     async def main() -> list[list[list[int]]]:
         config = SchedulerConfig(max_batch=8, join_delay_s=0.0, beam_join_delay_s=60.0)
-        wide = lambda key: key[1] == "beam"  # noqa: E731
-        scheduler: Scheduler[list[int]] = Scheduler(starter, config, group=lambda key: key[0], wide=wide)
+        beam_key = ("m", "beam")
+        scheduler: Scheduler[list[int]] = Scheduler(starter, config, group=model_of, wide=lambda key: key == beam_key)
         scheduler.start()
         running = asyncio.ensure_future(scheduler.submit(("m", "greedy"), [[1, 2, 3, 4]]))
         await until(lambda: starter.cohorts, "the first cohort")
-        beam = asyncio.ensure_future(scheduler.submit(("m", "beam"), [[5, 6]]))
+        beam = asyncio.ensure_future(scheduler.submit(beam_key, [[5, 6]]))
         await until(lambda: scheduler.depth == 2, "the beam sentence")
         greedy = asyncio.ensure_future(scheduler.submit(("m", "greedy"), [[7]]))
         await until(lambda: scheduler.depth == 3, "the greedy sentence")
         permits.release()  # step 1; then the greedy newcomer joins while the beam one waits
         await until(lambda: len(starter.cohorts) == 2, "the greedy newcomer's start")
-        for _ in range(20):
-            permits.release()
-        results = [await running, await beam, await greedy]
-        await scheduler.stop()
-        return results
+        return await finished(scheduler, permits, running, beam, greedy)
 
     assert asyncio.run(main()) == [[[4, 3, 2, 1]], [[6, 5]], [[7]]]
     assert [key for key, _ in starter.cohorts] == [("m", "greedy"), ("m", "greedy"), ("m", "beam")]
