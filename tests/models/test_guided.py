@@ -40,7 +40,9 @@ def test_align_links_tokens_and_eos_and_caches(
     for s, t, pair in zip(src, tgt, links, strict=True):
         assert (len(s) - 1, len(t) - 1) in pair  # EOS to EOS
         assert all(0 <= a < len(s) and 0 <= b < len(t) for a, b in pair)
-    assert sum(len(pair) > 1 for pair in links) > 0.9 * len(pairs)  # words linked, not only EOS
+    # Words linked, not only EOS. eflomal samples with no seed, and on 450 toy pairs the count
+    # swings: 391-450 pairs (mean 445) over 300 runs here, 387 once in CI, so a bound far below that.
+    assert sum(len(pair) > 1 for pair in links) > 0.5 * len(pairs)
     [cache] = tmp_path.glob("alignments-*.json")
     assert json.loads(cache.read_text()) == [[list(link) for link in pair] for pair in links]
     assert align(src, tgt, tmp_path) == links  # from the cache
