@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +49,33 @@ SHORT = {"en": "Thank you.", "zh": "谢谢。"}
 HEAD = b"POST /v1/translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 
 
-def sentences(source_lang: str, n: int) -> list[str]:
-    try:
-        from models.data import read_corpus, split_corpus  # noqa: PLC0415 (needs the training extras)
+FALLBACK_TEXTS = ("Tom chases Jerry.", "Mary likes John today.", "I am full.", "Where is the station?")
 
-        pairs = split_corpus(read_corpus())["test"]
-        texts = [p.text(source_lang) for p in pairs]
-    except Exception:  # no corpus or no training extras: a fixed set
-        texts = ["Tom chases Jerry.", "Mary likes John today.", "I am full.", "Where is the station?"]
-    return (texts * (n // len(texts) + 1))[:n]
+
+@dataclass(frozen=True)
+class Texts:
+    """The sentences a run sends, and where they come from (results record it)."""
+
+    source: str
+    texts: list[str]
+
+
+def sentences(source_lang: str, n: int) -> Texts:
+    """n sentences of the Tatoeba test split, repeated as needed; four fixed ones when the corpus or
+    the training extras are missing. The fallback is said on stderr and in `source`: the corpus is
+    found beside the checkout or the working directory (or $ATTENTION_MT_CORPUS), so two code trees
+    compared side by side can silently run different sentences otherwise (one such comparison,
+    docs/benchmarks.md, measured 0.87x for a change that measured 0.98x on the same sentences)."""
+    try:
+        from models.data import default_corpus_path, read_corpus, split_corpus  # noqa: PLC0415 (training extras)
+
+        path = default_corpus_path()
+        texts = [p.text(source_lang) for p in split_corpus(read_corpus(path))["test"]]
+        source = f"the Tatoeba test split of {path}"
+    except Exception as exc:  # no corpus or no training extras: a fixed set
+        texts, source = list(FALLBACK_TEXTS), f"{len(FALLBACK_TEXTS)} fixed sentences (no corpus: {exc})"
+        print(f"http_bench: sending {source}", file=sys.stderr)
+    return Texts(source, (texts * (n // len(texts) + 1))[:n])
 
 
 class Engine:
@@ -325,8 +344,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     manifest = json.loads((args.bundle / "manifest.json").read_text())
-    texts = sentences(manifest["source_lang"], args.sentences)
-    r: dict[str, Any] = {"bundle": str(args.bundle), "sentences": len(texts), "seconds": args.seconds}
+    chosen = sentences(manifest["source_lang"], args.sentences)
+    texts = chosen.texts
+    r: dict[str, Any] = {"bundle": str(args.bundle), "sentences": len(texts), "texts": chosen.source}
+    r["seconds"] = args.seconds
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(args.bundle, log=Path(tmp) / "server.log")
         try:

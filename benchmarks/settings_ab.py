@@ -50,7 +50,8 @@ async def one_round(
 
 async def measure(servers: dict[str, Server], bundle: Path, rounds: int, seconds: float) -> dict[str, Any]:
     source = bundle.name.split("-")[0]
-    texts = sentences(source, 100)
+    chosen = sentences(source, 100)
+    texts = chosen.texts
     greedy = [body_of(t, bundle.name, 1) for t in texts]
     beam4 = [body_of(t, bundle.name, 4) for t in texts]
     probe = body_of(SHORT.get(source, texts[0]), bundle.name, 1)
