@@ -65,6 +65,15 @@ class Settings(BaseSettings):
         "40 ms served 1.26x the requests of 5 ms, with a lower p50 and p99; a text never waits longer than the "
         "running batch lasts",
     )
+    express_tokens: int = Field(
+        0,
+        ge=0,
+        description="a text of at most this many source tokens (8: a few words), among texts decoding at least twice "
+        "as long, is decoded first, apart and to its end, before the running batch's next step. Beside 16 clients of "
+        "news sentences a short text's p50 / p99 fell 19-20 / 30-32 -> 6-7 / 13 ms over HTTP; the news clients "
+        "served 3% less with one short text every 50 ms, 35% less with short texts sent back to back (each is "
+        "decoded with little batching). 0: off, every text joins the batch",
+    )
     max_queue: int = Field(
         256, ge=1, description="sentences waiting at most; more get 503 + Retry-After (and one request never more)"
     )

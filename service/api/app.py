@@ -65,6 +65,7 @@ def scheduling(settings: Settings) -> SchedulerConfig:
         max_delay_s=settings.max_queue_delay_ms / 1000,
         join_delay_s=settings.join_delay_ms / 1000,
         beam_join_delay_s=settings.beam_join_delay_ms / 1000,
+        express_tokens=settings.express_tokens,
         max_queue=settings.max_queue,
         retry_after_s=settings.retry_after_s,
     )

@@ -18,6 +18,12 @@ between two steps (search.Cohort.join: continuous batching), whatever their sear
 bundle whose decoder takes every row at one position (a cache grown by concatenation, bundles
 exported before continuous batching) cannot mix steps: its new sentences start a cohort of
 their own, and `max_cohorts` bounds how many step in turn.
+
+A short sentence among long ones goes first (`express_tokens`): it is taken out of the queue at
+once, encoded with the other short ones and decoded apart, to its end, before the running batch's
+next step. Joining, it would wait for its batch's expensive steps, one per token; apart, its steps
+are cheap. Among sentences of like length it joins as the others do: there, going first stalls the
+batch for every short one and batching them serves more (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from service.engine.errors import NotReady, Overloaded
 
 log = logging.getLogger("attention_mt.scheduler")
+# a sentence goes express only when at most this share of the mean length of the sentences decoding
+EXPRESS_SHARE = 0.5
 ResultT = TypeVar("ResultT")
 T = TypeVar("T")
 
@@ -67,6 +75,7 @@ class SchedulerConfig:
     max_delay_s: float = 0.0  # extra wait for company before a cohort starts
     join_delay_s: float = 0.0  # the same while a batch runs (its steps go on meanwhile)
     beam_join_delay_s: float = 0.0  # the same for beam searches (`wide` keys): each join costs them more
+    express_tokens: int = 0  # a sentence this short (and short beside those decoding) goes first (0: never)
     max_queue: int = 256  # sentences and calls waiting or being decoded
     retry_after_s: int = 1
 
@@ -109,6 +118,9 @@ class _Job(_Item):
 class _Call(_Item):
     fn: Callable[..., Any] = print
     args: tuple[Any, ...] = ()
+
+
+_Batch = tuple[Hashable, list[_Job]]  # sentences of one key, to decode together
 
 
 @dataclass(eq=False)
@@ -197,9 +209,11 @@ class Scheduler(Generic[ResultT]):
     def _work(self) -> None:
         try:
             while (work := self._next()) is not None:
-                calls, cohorts = work
+                calls, express, cohorts = work
                 for call in calls:
                     self._run_call(call)
+                for key, jobs in express:
+                    self._run_express(key, jobs)
                 for key, jobs in cohorts:
                     self._begin(key, jobs)
                 self._step_all()
@@ -208,24 +222,47 @@ class Scheduler(Generic[ResultT]):
             self._fail_everything(exc)
             self.on_fatal(exc)
 
-    def _next(self) -> tuple[list[_Call], list[tuple[Hashable, list[_Job]]]] | None:
-        """Wait for work: the calls to run and the cohorts to start now (None: stopped and idle)."""
+    def _next(self) -> tuple[list[_Call], list[_Batch], list[_Batch]] | None:
+        """Wait for work: the calls to run, the short sentences to decode first, and the cohorts to
+        start now (None: stopped and idle)."""
         with self._cv:
             while True:
                 calls = [item for item in self._queue if isinstance(item, _Call)]
                 for call in calls:
                     self._queue.remove(call)
                 self._in_flight += len(calls)
+                express = self._express()
                 cohorts, wait = self._admit(time.monotonic())
-                if calls or cohorts or self._running:
-                    return calls, cohorts
+                if calls or express or cohorts or self._running:
+                    return calls, express, cohorts
                 if self._stopping and not self._queue:
                     return None
                 self._cv.wait(wait)
 
-    def _admit(self, now: float) -> tuple[list[tuple[Hashable, list[_Job]]], float | None]:
+    def _express(self) -> list[_Batch]:
+        """Take the short sentences among long ones out of the queue, in batches by key."""
+        if not self.config.express_tokens or not self.config.batching:
+            return []
+        lengths = [len(run.jobs[i].src_ids) for run in self._running for i in run.pending]
+        if not lengths:
+            return []  # nothing decodes: a batch starts at once anyway
+        bound = min(self.config.express_tokens, EXPRESS_SHARE * sum(lengths) / len(lengths))
+        short = [j for j in self._queue if isinstance(j, _Job) and len(j.src_ids) <= bound]
+        if not short:
+            return []
+        taken = {id(j) for j in short}
+        self._queue = deque(item for item in self._queue if id(item) not in taken)
+        groups: dict[Hashable, list[_Job]] = {}
+        for job in short:
+            if not job.cancelled:
+                groups.setdefault(job.key, []).append(job)
+        self._in_flight += sum(len(jobs) for jobs in groups.values())
+        size = self.config.max_batch
+        return [(key, jobs[i : i + size]) for key, jobs in groups.items() for i in range(0, len(jobs), size)]
+
+    def _admit(self, now: float) -> tuple[list[_Batch], float | None]:
         """Take queued sentences into new cohorts while there is room; how long to wait for company."""
-        cohorts: list[tuple[Hashable, list[_Job]]] = []
+        cohorts: list[_Batch] = []
         decoding = sum(len(run.pending) for run in self._running)
         running = {run.group for run in self._running}
         waiting: dict[Hashable, float] = {}  # keys waiting for company, and for how long yet
@@ -274,16 +311,32 @@ class Scheduler(Generic[ResultT]):
         self._release(1)  # before the answer: a caller that has its answer is no longer in the depth
         call.settle(result, error)
 
-    def _begin(self, key: Hashable, jobs: list[_Job]) -> None:
+    def _started(self, key: Hashable, jobs: list[_Job]) -> Stepper[ResultT] | None:
+        """The jobs' cohort, encoded; None when that failed (their callers have the error)."""
         try:
             self.on_batch(len(jobs))
         except Exception as exc:  # a metrics hook must not stop serving
             log.error("the batch hook failed", exc_info=exc, extra={"event": "hook_failed"})
         try:
-            cohort = self.start_cohort(key, [j.src_ids for j in jobs])
+            return self.start_cohort(key, [j.src_ids for j in jobs])
         except Exception as exc:
             log.error("encoding failed", exc_info=exc, extra={"event": "batch_failed"})
             self._fail(jobs, exc)
+            return None
+
+    def _run_express(self, key: Hashable, jobs: list[_Job]) -> None:
+        """Decode short sentences apart and to their end, before the running batch steps again."""
+        cohort = self._started(key, jobs)
+        if cohort is None:
+            return
+        run = _Running(cohort, self.group(key), jobs, set(range(len(jobs))))
+        while run.pending and not run.cohort.done:
+            self._step_or_fail(run)
+        self._close(run)
+
+    def _begin(self, key: Hashable, jobs: list[_Job]) -> None:
+        cohort = self._started(key, jobs)
+        if cohort is None:
             return
         group = self.group(key)
         for run in self._running if self.config.batching else []:
@@ -303,16 +356,22 @@ class Scheduler(Generic[ResultT]):
 
     def _step_all(self) -> None:
         for run in list(self._running):
-            try:
-                self._step(run)
-            except Exception as exc:
-                log.error("decoding failed", exc_info=exc, extra={"event": "batch_failed"})
-                self._fail([run.jobs[i] for i in run.pending], exc)
-                run.pending.clear()
+            self._step_or_fail(run)
             if run.cohort.done or not run.pending:
                 self._running.remove(run)
-                if run.pending:  # a search that ends must have answered every sentence
-                    self._fail([run.jobs[i] for i in run.pending], RuntimeError("a sentence ended with no result"))
+                self._close(run)
+
+    def _step_or_fail(self, run: _Running[ResultT]) -> None:
+        try:
+            self._step(run)
+        except Exception as exc:
+            log.error("decoding failed", exc_info=exc, extra={"event": "batch_failed"})
+            self._fail([run.jobs[i] for i in run.pending], exc)
+            run.pending.clear()
+
+    def _close(self, run: _Running[ResultT]) -> None:
+        if run.pending:  # a search that ends must have answered every sentence
+            self._fail([run.jobs[i] for i in run.pending], RuntimeError("a sentence ended with no result"))
 
     def _step(self, run: _Running[ResultT]) -> None:
         left = {i for i in run.pending if run.jobs[i].cancelled}

@@ -317,6 +317,74 @@ def test_a_beam_search_waiting_for_company_does_not_hold_back_greedy_sentences()
     assert [key for key, _ in starter.cohorts] == [("m", "greedy"), ("m", "greedy"), ("m", "beam")]
 
 
+@pytest.mark.parametrize("express_tokens", [0, 4])
+def test_a_short_sentence_among_long_ones_is_decoded_first_and_apart(express_tokens: int) -> None:
+    """A 2-token sentence arrives while a 12-token one decodes: with express it is encoded and decoded
+    to its end before the long one's next step, in a cohort of its own; without, it joins."""
+    starter, permits = stepped()
+
+    async def main() -> list[list[list[int]]]:
+        config = SchedulerConfig(max_batch=8, express_tokens=express_tokens)
+        scheduler: Scheduler[list[int]] = Scheduler(starter, config)
+        scheduler.start()
+        long = asyncio.ensure_future(scheduler.submit("m", [list(range(12))]))
+        await until(lambda: starter.cohorts, "the long cohort")
+        short = asyncio.ensure_future(scheduler.submit("m", [[5, 6]]))
+        await until(lambda: scheduler.depth == 2, "the short sentence")  # while the long one's step 1 waits
+        return await finished(scheduler, permits, long, short)
+
+    assert asyncio.run(main()) == [[list(range(11, -1, -1))], [[6, 5]]]
+    (_, long_cohort), (_, short_cohort) = starter.cohorts
+    if express_tokens:
+        assert starter.log[:4] == [id(long_cohort), id(short_cohort), id(short_cohort), id(long_cohort)]
+        assert len(long_cohort.src_ids) == 1 and short_cohort.done
+    else:
+        assert set(starter.log) == {id(long_cohort)} and len(long_cohort.src_ids) == 2  # it joined
+
+
+def test_a_short_sentence_among_sentences_of_like_length_joins_them() -> None:
+    """Going first pays only where lengths differ: 4 tokens beside a 6-token sentence (not twice as
+    long) join the running batch, even under an express bound of 4."""
+    starter, permits = stepped()
+
+    async def main() -> list[list[list[int]]]:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(max_batch=8, express_tokens=4))
+        scheduler.start()
+        running = asyncio.ensure_future(scheduler.submit("m", [list(range(6))]))
+        await until(lambda: starter.cohorts, "the running cohort")
+        newcomer = asyncio.ensure_future(scheduler.submit("m", [[1, 2, 3, 4]]))
+        await until(lambda: scheduler.depth == 2, "the newcomer")
+        return await finished(scheduler, permits, running, newcomer)
+
+    assert asyncio.run(main()) == [[list(range(5, -1, -1))], [[4, 3, 2, 1]]]
+    (_, running_cohort), *_ = starter.cohorts
+    assert set(starter.log) == {id(running_cohort)} and len(running_cohort.src_ids) == 2
+
+
+def test_a_short_sentence_that_fails_to_encode_fails_alone() -> None:
+    starter, permits = stepped()
+    starter.fail_keys.add("bad")
+
+    async def main() -> tuple[list[list[int]], BaseException | list[list[int]]]:
+        scheduler: Scheduler[list[int]] = Scheduler(starter, SchedulerConfig(express_tokens=4))
+        scheduler.start()
+        long = asyncio.ensure_future(scheduler.submit("ok", [list(range(12))]))
+        await until(lambda: starter.cohorts, "the long cohort")
+        bad = asyncio.ensure_future(scheduler.submit("bad", [[1]]))
+        await until(lambda: scheduler.depth == 2, "the short sentence")
+        for _ in range(20):
+            permits.release()
+        failed = (await asyncio.gather(bad, return_exceptions=True))[0]
+        result = await long
+        assert scheduler.healthy and scheduler.depth == 0
+        await scheduler.stop()
+        return result, failed
+
+    result, failed = asyncio.run(main())
+    assert result == [list(range(11, -1, -1))]
+    assert isinstance(failed, RuntimeError) and "cannot encode bad" in str(failed)
+
+
 def test_a_full_queue_refuses_at_once_and_has_room_afterwards() -> None:
     starter = Starter()
     starter.gates["m"] = gate = threading.Event()

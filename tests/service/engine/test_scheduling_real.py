@@ -1,5 +1,7 @@
 """The scheduler over the shipped bundles: a sentence gets the same tokens and scores alone as when
-it starts while other cohorts are mid-decode, mixed with other sentences, greedy and beam.
+it starts while other cohorts are mid-decode, mixed with other sentences, greedy and beam. With
+`express_tokens` a short one ("Yes.") that arrives while the long one decodes goes first, apart;
+the others join it.
 
 Whatever the timing, the assertion is the same (that is the property), so the test cannot flake."""
 
@@ -50,7 +52,8 @@ def same(alone: Hypothesis, other: Hypothesis) -> bool:
 @pytest.mark.parametrize("beam", [1, 4])
 def test_results_do_not_depend_on_what_else_is_decoding(beam: int) -> None:
     catalog = Catalog.load(DEFAULT_BUNDLES, SessionConfig())
-    service = build_service(catalog, Settings(bundles=DEFAULT_BUNDLES, max_cohorts=3, max_batch_size=4))
+    settings = Settings(bundles=DEFAULT_BUNDLES, max_cohorts=3, max_batch_size=4, express_tokens=8)
+    service = build_service(catalog, settings)
 
     async def run(name: str, options: object, ids: list[list[int]]) -> list[list[list[Hypothesis]]]:
         key = (name, options)
