@@ -52,6 +52,18 @@ HEAD = b"POST /v1/translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application
 FALLBACK_TEXTS = ("Tom chases Jerry.", "Mary likes John today.", "I am full.", "Where is the station?")
 
 
+LONG_FALLBACK = {
+    "en": (
+        "The government said on Tuesday that the new law would take effect next year after months of debate.",
+        "Doctors at the city hospital treated more than three hundred patients for the virus last week.",
+    ),
+    "zh": (
+        "政府周二表示，经过数月的辩论，新法律将于明年生效。",
+        "上周，市医院的医生为三百多名感染病毒的患者进行了治疗。",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Texts:
     """The sentences a run sends, and where they come from (results record it)."""
@@ -74,6 +86,22 @@ def sentences(source_lang: str, n: int) -> Texts:
         source = f"the Tatoeba test split of {path}"
     except Exception as exc:  # no corpus or no training extras: a fixed set
         texts, source = list(FALLBACK_TEXTS), f"{len(FALLBACK_TEXTS)} fixed sentences (no corpus: {exc})"
+        print(f"http_bench: sending {source}", file=sys.stderr)
+    return Texts(source, (texts * (n // len(texts) + 1))[:n])
+
+
+def long_sentences(source_lang: str, n: int) -> Texts:
+    """n sentences of real text (news and health, 20-250 characters) from the real-text test split;
+    two fixed ones, said on stderr, without it: load that short texts can go first beside."""
+    try:
+        from models.data import default_real_text_path, read_corpus, split_real_text  # noqa: PLC0415
+
+        path = default_real_text_path()
+        test = split_real_text(read_corpus(path))["test"]
+        texts = [t for t in (p.text(source_lang) for p in test) if 20 <= len(t) <= 250]
+        source = f"the real-text test split of {path}, 20-250 characters"
+    except Exception as exc:  # no real text or no training extras
+        texts, source = list(LONG_FALLBACK[source_lang]), f"two fixed long sentences (no real text: {exc})"
         print(f"http_bench: sending {source}", file=sys.stderr)
     return Texts(source, (texts * (n // len(texts) + 1))[:n])
 
@@ -214,15 +242,23 @@ async def load(port: int, bodies: list[bytes], clients: int, seconds: float) -> 
 
 async def probe_under_load(port: int, probe: bytes, bodies: list[bytes], clients: int, seconds: float) -> list[float]:
     """The probe's latencies, sent one after another while `clients` others keep the server busy."""
+    return (await probe_beside(port, probe, bodies, clients, seconds))[0]
+
+
+async def probe_beside(
+    port: int, probe: bytes, bodies: list[bytes], clients: int, seconds: float, every_s: float = 0.0
+) -> tuple[list[float], float]:
+    """The probe's latencies, one request every `every_s` (0: back to back) while `clients` others
+    keep the server busy with `bodies`; and those clients' requests a second."""
     loading = asyncio.ensure_future(load(port, bodies, clients, seconds))
     await asyncio.sleep(1.0)  # let the load reach its steady state
     client = await Client.connect(port)
     times: list[float] = []
     while not loading.done() or not times:  # one probe at least, however late the load's end
         times.append(await client.post(probe))
+        await asyncio.sleep(every_s)
     client.close()
-    await loading
-    return times
+    return times, (await loading)[0]
 
 
 async def paired_split(server: Server, engine: Engine, texts: list[str], repeats: int) -> dict[str, Any]:

@@ -7,9 +7,10 @@ Each variant is a set of MT_* settings (`A=1,B=2` for several) given to a real `
 serve` of its own; all the servers run at once and every round measures each in turn (the order
 reversed every other round), so drift on a shared machine falls on every variant alike. A round
 takes, per server: 32 clients' greedy throughput, 16 clients' at beam 4, the latency of 2 clients
-(the cost a wait for company puts on light traffic), and a short sentence's p99 while 32 clients
-keep the server busy; at the end, each server's peak RSS. Reported: the median of the rounds and
-each round's figure, so the spread shows.
+(the cost a wait for company puts on light traffic), a short sentence's p99 while 32 clients
+keep the server busy, and a short sentence every 50 ms beside 16 clients sending real-text (news)
+sentences: its p50 and p99, and their requests a second; at the end, each server's peak RSS.
+Reported: the median of the rounds and each round's figure, so the spread shows.
 """
 
 from __future__ import annotations
@@ -19,10 +20,24 @@ import asyncio
 import json
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.http_bench import SHORT, Server, body_of, closed_loop, load, pct, probe_under_load, sentences
+from benchmarks.http_bench import (
+    SHORT,
+    Server,
+    body_of,
+    closed_loop,
+    load,
+    long_sentences,
+    pct,
+    probe_beside,
+    probe_under_load,
+    sentences,
+)
+
+SHORT_EVERY_S = 0.05  # the short sentence sent beside long ones: one every 50 ms
 
 
 def variant(text: str) -> dict[str, str]:
@@ -35,33 +50,47 @@ def variant(text: str) -> dict[str, str]:
     return {key: value for key, _, value in pairs}
 
 
-async def one_round(
-    port: int, greedy: list[bytes], beam4: list[bytes], probe: bytes, seconds: float
-) -> dict[str, float]:
-    two = await closed_loop(port, greedy, 2, seconds)
+@dataclass(frozen=True)
+class Work:
+    """The request bodies a round sends."""
+
+    greedy: list[bytes]  # short everyday sentences (Tatoeba)
+    beam4: list[bytes]
+    long: list[bytes]  # real text (news), greedy
+    probe: bytes  # one short sentence
+
+
+async def one_round(port: int, work: Work, seconds: float) -> dict[str, float]:
+    two = await closed_loop(port, work.greedy, 2, seconds)
+    beside, long_rps = await probe_beside(port, work.probe, work.long, 16, seconds, every_s=SHORT_EVERY_S)
     return {
-        "rps_32": (await load(port, greedy, 32, seconds))[0],
-        "rps_16_beam4": (await load(port, beam4, 16, seconds))[0],
+        "rps_32": (await load(port, work.greedy, 32, seconds))[0],
+        "rps_16_beam4": (await load(port, work.beam4, 16, seconds))[0],
         "two_clients_p50_ms": pct(two, 0.5),
         "two_clients_p99_ms": pct(two, 0.99),
-        "short_p99_under_32_ms": pct(await probe_under_load(port, probe, greedy, 32, seconds), 0.99),
+        "short_p99_under_32_ms": pct(await probe_under_load(port, work.probe, work.greedy, 32, seconds), 0.99),
+        "short_p50_beside_16_long_ms": pct(beside, 0.5),
+        "short_p99_beside_16_long_ms": pct(beside, 0.99),
+        "rps_16_long": long_rps,
     }
 
 
 async def measure(servers: dict[str, Server], bundle: Path, rounds: int, seconds: float) -> dict[str, Any]:
     source = bundle.name.split("-")[0]
-    chosen = sentences(source, 100)
-    texts = chosen.texts
-    greedy = [body_of(t, bundle.name, 1) for t in texts]
-    beam4 = [body_of(t, bundle.name, 4) for t in texts]
-    probe = body_of(SHORT.get(source, texts[0]), bundle.name, 1)
+    texts = sentences(source, 100).texts
+    work = Work(
+        greedy=[body_of(t, bundle.name, 1) for t in texts],
+        beam4=[body_of(t, bundle.name, 4) for t in texts],
+        long=[body_of(t, bundle.name, 1) for t in long_sentences(source, 100).texts],
+        probe=body_of(SHORT.get(source, texts[0]), bundle.name, 1),
+    )
     for server in servers.values():  # warm-up
-        await load(server.port, greedy, 32, 2)
+        await load(server.port, work.greedy, 32, 2)
     runs: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
     for r in range(rounds):
         order = list(servers.items())
         for name, server in order if r % 2 == 0 else order[::-1]:  # each variant first in every other round
-            for figure, value in (await one_round(server.port, greedy, beam4, probe, seconds)).items():
+            for figure, value in (await one_round(server.port, work, seconds)).items():
                 runs[name].setdefault(figure, []).append(value)
     results: dict[str, Any] = {
         name: {figure: {"median": statistics.median(v), "rounds": v} for figure, v in figures.items()}

@@ -33,7 +33,8 @@ def test_each_server_gets_its_settings_and_every_figure_a_round(bundle_dir: Path
             server.stop()
     for figures in results.values():
         assert set(figures) == {
-            "rps_32", "rps_16_beam4", "two_clients_p50_ms", "two_clients_p99_ms", "short_p99_under_32_ms", "peak_rss_mb"
+            "rps_32", "rps_16_beam4", "two_clients_p50_ms", "two_clients_p99_ms", "short_p99_under_32_ms",
+            "short_p50_beside_16_long_ms", "short_p99_beside_16_long_ms", "rps_16_long", "peak_rss_mb",
         }  # fmt: skip
         rss = figures.pop("peak_rss_mb")
         assert rss["median"] > 0  # the server's own, read at the end
