@@ -70,7 +70,7 @@ class Settings(BaseSettings):
         ge=0,
         description="a text of at most this many source tokens (8: a few words), among texts decoding at least twice "
         "as long, is decoded first, apart and to its end, before the running batch's next step. Beside 16 clients of "
-        "news sentences a short text's p50 / p99 fell 19-20 / 30-32 -> 6-7 / 13 ms over HTTP; the news clients "
+        "news sentences a short text's p50 / p99 fell 19-21 / 30-32 -> 6-7 / 13-14 ms over HTTP; the news clients "
         "served 3% less with one short text every 50 ms, 35% less with short texts sent back to back (each is "
         "decoded with little batching). 0: off, every text joins the batch",
     )
