@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,30 +79,40 @@ def sentences(source_lang: str, n: int) -> Texts:
     found beside the checkout or the working directory (or $ATTENTION_MT_CORPUS), so two code trees
     compared side by side can silently run different sentences otherwise (one such comparison,
     docs/benchmarks.md, measured 0.87x for a change that measured 0.98x on the same sentences)."""
-    try:
+
+    def read() -> tuple[list[str], str]:
         from models.data import default_corpus_path, read_corpus, split_corpus  # noqa: PLC0415 (training extras)
 
         path = default_corpus_path()
         texts = [p.text(source_lang) for p in split_corpus(read_corpus(path))["test"]]
-        source = f"the Tatoeba test split of {path}"
-    except Exception as exc:  # no corpus or no training extras: a fixed set
-        texts, source = list(FALLBACK_TEXTS), f"{len(FALLBACK_TEXTS)} fixed sentences (no corpus: {exc})"
-        print(f"http_bench: sending {source}", file=sys.stderr)
-    return Texts(source, (texts * (n // len(texts) + 1))[:n])
+        return texts, f"the Tatoeba test split of {path}"
+
+    return _chosen(read, FALLBACK_TEXTS, n)
 
 
 def long_sentences(source_lang: str, n: int) -> Texts:
-    """n sentences of real text (news and health, 20-250 characters) from the real-text test split;
-    two fixed ones, said on stderr, without it: load that short texts can go first beside."""
-    try:
+    """n sentences of real text (news and health, 20-250 characters) from the real-text test split,
+    or two fixed ones: the load that short texts can go first beside."""
+
+    def read() -> tuple[list[str], str]:
         from models.data import default_real_text_path, read_corpus, split_real_text  # noqa: PLC0415
 
         path = default_real_text_path()
-        test = split_real_text(read_corpus(path))["test"]
-        texts = [t for t in (p.text(source_lang) for p in test) if 20 <= len(t) <= 250]
-        source = f"the real-text test split of {path}, 20-250 characters"
-    except Exception as exc:  # no real text or no training extras
-        texts, source = list(LONG_FALLBACK[source_lang]), f"two fixed long sentences (no real text: {exc})"
+        texts = [p.text(source_lang) for p in split_real_text(read_corpus(path))["test"]]
+        return [t for t in texts if 20 <= len(t) <= 250], f"the real-text test split of {path}, 20-250 characters"
+
+    return _chosen(read, LONG_FALLBACK[source_lang], n)
+
+
+def _chosen(read: Callable[[], tuple[list[str], str]], fallback: Sequence[str], n: int) -> Texts:
+    """n texts from `read` (texts, where from), repeated as needed; `fallback`, said on stderr, when
+    it fails or finds none."""
+    try:
+        texts, source = read()
+        if not texts:
+            raise ValueError(f"no sentences in {source}")
+    except Exception as exc:  # no corpus or no training extras: a fixed set
+        texts, source = list(fallback), f"{len(fallback)} fixed sentences ({exc})"
         print(f"http_bench: sending {source}", file=sys.stderr)
     return Texts(source, (texts * (n // len(texts) + 1))[:n])
 

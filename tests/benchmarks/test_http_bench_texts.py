@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.http_bench import FALLBACK_TEXTS, sentences
-from models.data import read_corpus, split_corpus
+from benchmarks.http_bench import FALLBACK_TEXTS, LONG_FALLBACK, long_sentences, sentences
+from models.data import read_corpus, split_corpus, split_real_text
 from tests.support.synthetic import write_corpus
 
 
@@ -26,3 +26,14 @@ def test_no_corpus_gives_the_fixed_sentences_and_says_so(
     chosen = sentences("en", 6)
     assert chosen.texts == [*FALLBACK_TEXTS, *FALLBACK_TEXTS[:2]]
     assert "fixed sentences" in chosen.source and "fixed sentences" in capsys.readouterr().err
+
+
+def test_long_sentences_come_from_the_real_text_test_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs = [(f"News item {i} says that the council met again on Tuesday.", f"第{i}条新闻。") for i in range(400)]
+    real = write_corpus(tmp_path / "real.tsv", pairs)
+    monkeypatch.setenv("ATTENTION_MT_REAL_TEXT", str(real))
+    chosen = long_sentences("en", 5)
+    test = [p.en for p in split_real_text(read_corpus(real))["test"]]
+    assert chosen.texts == test[:5] and str(real) in chosen.source
+    monkeypatch.setenv("ATTENTION_MT_REAL_TEXT", str(tmp_path / "missing.tsv"))
+    assert long_sentences("zh", 3).texts == [*LONG_FALLBACK["zh"], LONG_FALLBACK["zh"][0]]
