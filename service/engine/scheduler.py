@@ -249,14 +249,10 @@ class Scheduler(Generic[ResultT]):
         bound = min(self.config.express_tokens, EXPRESS_SHARE * sum(lengths) / len(lengths))
         short = [j for j in self._queue if isinstance(j, _Job) and len(j.src_ids) <= bound]
         if not short:
-            return []
-        taken = {id(j) for j in short}
-        self._queue = deque(item for item in self._queue if id(item) not in taken)
+            return []  # no queue rebuilt
         groups: dict[Hashable, list[_Job]] = {}
-        for job in short:
-            if not job.cancelled:
-                groups.setdefault(job.key, []).append(job)
-        self._in_flight += sum(len(jobs) for jobs in groups.values())
+        for job in self._take(short):
+            groups.setdefault(job.key, []).append(job)
         size = self.config.max_batch
         return [(key, jobs[i : i + size]) for key, jobs in groups.items() for i in range(0, len(jobs), size)]
 
@@ -292,13 +288,17 @@ class Scheduler(Generic[ResultT]):
                     continue
             else:
                 members = [j for j in self._queue if isinstance(j, _Job) and j.request == first.request]
-            taken = {id(j) for j in members}
-            self._queue = deque(j for j in self._queue if id(j) not in taken)
-            live = [j for j in members if not j.cancelled]
-            self._in_flight += len(live)
-            if live:
+            if live := self._take(members):
                 cohorts.append((first.key, live))
         return cohorts, min(waiting.values(), default=None)
+
+    def _take(self, jobs: list[_Job]) -> list[_Job]:
+        """Take `jobs` out of the queue; the live ones (their callers still wait), now in flight."""
+        taken = {id(j) for j in jobs}
+        self._queue = deque(item for item in self._queue if id(item) not in taken)
+        live = [j for j in jobs if not j.cancelled]
+        self._in_flight += len(live)
+        return live
 
     def _run_call(self, call: _Call) -> None:
         result, error = None, None
