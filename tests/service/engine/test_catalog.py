@@ -67,3 +67,26 @@ def test_sessions_share_one_cpu_arena_unless_the_arena_is_off() -> None:
     assert not own.enable_cpu_mem_arena
     with pytest.raises(RuntimeError, match="does not have"):
         own.get_session_config_entry(key)
+
+
+def test_memory_pattern_is_off_for_a_large_vocabulary_unless_set() -> None:
+    from service.api.app import session_config
+    from service.engine.bundle import load_bundle
+    from service.engine.onnx_model import OnnxSeq2Seq, output_vocabulary, with_mem_pattern
+    from service.settings import DEFAULT_BUNDLES, Settings
+
+    bundle = load_bundle(DEFAULT_BUNDLES / "en-zh")
+    decoder = bundle.manifest.graphs.decoder
+    assert output_vocabulary(decoder) == 8000
+    opus = [t.model_copy(update={"shape": ["batch", 65_001]}) if t.name == "log_probs" else t for t in decoder.outputs]
+    assert output_vocabulary(decoder.model_copy(update={"outputs": opus})) == 65_001
+    assert session_config(Settings()).enable_mem_pattern is None  # unset: the model decides
+    assert with_mem_pattern(SessionConfig(), 8000).enable_mem_pattern is True
+    assert with_mem_pattern(SessionConfig(), 65_001).enable_mem_pattern is False
+    assert with_mem_pattern(SessionConfig(enable_mem_pattern=True), 65_001).enable_mem_pattern is True
+    assert with_mem_pattern(SessionConfig(enable_mem_pattern=False), 8000).enable_mem_pattern is False
+    shipped = OnnxSeq2Seq(bundle, SessionConfig())
+    assert shipped.decoder.get_session_options().enable_mem_pattern
+    off = OnnxSeq2Seq(bundle, session_config(Settings(enable_mem_pattern=False)))
+    assert not off.decoder.get_session_options().enable_mem_pattern
+    assert not off.encoder.get_session_options().enable_mem_pattern
