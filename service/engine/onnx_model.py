@@ -39,7 +39,7 @@ SHRINK_TO = 0.75  # rows leaving cut the source or cache width when it falls to 
 # from this output vocabulary up, onnxruntime's memory pattern is off unless asked for: a pattern is one
 # block per input shape, (N, V) tensors included, and a new shape's larger block cannot reuse the freed
 # smaller one, so the arena grows by each. OPUS-MT size (V 65,001), int8, beam 4 x 32: peak RSS
-# 582 -> 472-475 MB and 1.01-1.07x the speed; the shipped V 8,000 at batch 1 is 5-8% slower without it
+# 582 -> 472-475 MB at 1.00-1.06x the speed (fp32 0.99-1.02x); the shipped V 8,000 at batch 1 is 5-8% slower
 LARGE_VOCAB = 32_768
 
 
