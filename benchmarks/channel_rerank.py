@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from models.data import Pair, default_corpus_path, default_real_text_path, read_corpus, split_corpus, split_real_text
 from models.metrics import score
 from service.engine.bundle import load_bundle
-from service.engine.scoring import Hypothesis, suppress
-from service.engine.translator import SearchOptions, Translator, pad_ids
+from service.engine.reranking import channel_scores
+from service.engine.scoring import Hypothesis
+from service.engine.translator import SearchOptions, Translator
 
 WEIGHTS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 SIZES = (4, 8)
@@ -54,39 +52,15 @@ def search(translator: Translator, src_ids: list[list[int]], options: SearchOpti
     return [found[i] for i in range(len(src_ids))]
 
 
-def forced_log_probs(translator: Translator, src_ids: list[list[int]], tgt_ids: list[list[int]]) -> npt.NDArray[Any]:
-    """log P(target | source) of each pair (targets end in EOS), teacher-forced in batches."""
-    model, special = translator.model, translator.manifest.special_ids
-    order = sorted(range(len(src_ids)), key=lambda i: (len(src_ids[i]), len(tgt_ids[i])))
-    total = np.zeros(len(src_ids))
-    for start in range(0, len(order), 2 * BATCH):
-        chunk = order[start : start + 2 * BATCH]
-        ids, mask = pad_ids([src_ids[i] for i in chunk], special.pad)  # (B, S)
-        state = model.encode(ids, mask)
-        targets = [tgt_ids[i] for i in chunk]
-        prev = np.full(len(chunk), special.bos, dtype=np.int64)  # (B,)
-        for t in range(max(map(len, targets))):
-            outputs, state = model.run_step(prev, state)
-            log_probs = suppress(outputs["log_probs"], model.suppressed, model.renormalize)  # (B, V)
-            prev = np.array([tgt[t] if t < len(tgt) else special.eos for tgt in targets], dtype=np.int64)
-            live = np.array([t < len(tgt) for tgt in targets])
-            total[chunk] += np.where(live, log_probs[np.arange(len(chunk)), prev], 0.0)
-    return total
-
-
 def candidates(forward: Translator, reverse: Translator, sources: list[str], size: int) -> list[list[Candidate]]:
-    """Each source's n-best from `forward`, with the reverse model's score of the source given it."""
+    """Each source's n-best from `forward`, with the reverse model's score of the source given it (the
+    service's own scoring, service/engine/reranking.py)."""
     nbest = search(forward, forward.source_ids(sources), forward.options(beam_size=size, n_best=size))
-    texts = [[forward.tgt_tokenizer.decode_text(h.tokens) for h in hyps] for hyps in nbest]
-    eos, limit = reverse.manifest.special_ids.eos, reverse.manifest.limits.max_target_tokens
-    source_ids = [[*ids[: limit - 1], eos] for ids in reverse.tgt_tokenizer.encode_ids(sources)]
-    flat = [(i, text) for i, ts in enumerate(texts) for text in ts]
-    channel = forced_log_probs(reverse, reverse.source_ids([t for _, t in flat]), [source_ids[i] for i, _ in flat])
-    out: list[list[Candidate]] = [[] for _ in sources]
-    for (i, text), c in zip(flat, channel, strict=True):
-        h = nbest[i][len(out[i])]
-        out[i].append(Candidate(text, h.score, float(c) / len(source_ids[i])))
-    return out
+    channel = channel_scores(forward, reverse, sources, nbest)
+    return [
+        [Candidate(forward.tgt_tokenizer.decode_text(h.tokens), h.score, c) for h, c in zip(hyps, cs, strict=True)]
+        for hyps, cs in zip(nbest, channel, strict=True)
+    ]
 
 
 def reranked(cands: list[list[Candidate]], weight: float) -> list[str]:

@@ -61,6 +61,7 @@ async def translate(body: TranslateBody, request: Request) -> FastJSON:
         attention=AttentionOptions(a.granularity, a.format, a.top_k, a.layer, a.heads),
         no_repeat_ngram=body.no_repeat_ngram,
         repetition_penalty=body.repetition_penalty,
+        rerank=body.rerank,
     )
     results = await within_deadline(request, body.timeout_ms, service_of(request).translate(job))
     request.app.state.metrics.inference.labels("request").observe(time.perf_counter() - started)

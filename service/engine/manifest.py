@@ -140,6 +140,9 @@ class SearchDefaults(Strict):
     forced_eos: bool = False  # the last token allowed is EOS (transformers' forced_eos_token_id)
     suppressed_ids: list[int] | None = None  # never generated; None: pad and bos
     renormalize: bool = False  # log-softmax again after suppressing (transformers' renormalize_logits)
+    # a request's `rerank`: the weight of the opposite direction's score (benchmarks.channel_rerank
+    # chooses it on dev: 1.5 for zh-en, 2.0 for en-zh)
+    rerank_weight: float = Field(1.5, ge=0)
 
 
 class SharedWeight(Strict):

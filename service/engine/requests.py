@@ -26,6 +26,7 @@ class TranslateRequest:
     attention: AttentionOptions = field(default_factory=AttentionOptions)
     no_repeat_ngram: int | None = None  # None: the bundle's default
     repetition_penalty: float | None = None
+    rerank: bool = False  # the n-best reranked by the opposite direction's model
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,4 @@ class IntrospectRequest:
     heads: list[int] | None = None  # None: every head
     self_attention: bool = True  # subword granularity only
     granularity: str = "subword"  # subword | word (cross-attention and tokens)
+    rerank: bool = False  # as /v1/translate, so the translation shown is the one it gives

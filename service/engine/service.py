@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
@@ -22,6 +22,7 @@ from service.engine.joining import join
 from service.engine.language import detect, mismatch
 from service.engine.rendering import PieceView, block_diagonal, combine, rendered, view_piece
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
+from service.engine.reranking import N_BEST, Rerank, channel_scores, reranked
 from service.engine.results import Detection, Introspection, Notice, Rendered, SegmentSpan, TextTranslation
 from service.engine.scheduler import Scheduler, SchedulerConfig, Stepper
 from service.engine.search import Hypothesis
@@ -54,6 +55,12 @@ class _Job:
     view: AttentionOptions
     warnings: list[Notice]
     detected: Detection | None
+    rerank: Rerank | None = None
+
+    @property
+    def n_best(self) -> int:
+        """Hypotheses the caller gets (a reranked search decodes more)."""
+        return self.rerank.keep if self.rerank else self.options.n_best
 
 
 class TranslationService:
@@ -107,7 +114,29 @@ class TranslationService:
         translator, detected, warnings = self.resolve_for(text, request.model, request.source, request.target, subject)
         prepared = prepare(translator, text, subject, self.limits)
         options = search_options(translator, request, self.limits)
-        return _Job(translator, prepared, options, attention_view(translator, request.attention), warnings, detected)
+        options, rerank = self._with_rerank(translator, options, request.rerank)
+        view = attention_view(translator, request.attention)
+        return _Job(translator, prepared, options, view, warnings, detected, rerank)
+
+    def _with_rerank(
+        self, translator: Translator, options: SearchOptions, asked: bool
+    ) -> tuple[SearchOptions, Rerank | None]:
+        """The search to run, and how its n-best is reranked (by the default model of the opposite
+        direction) when `asked`: N_BEST hypotheses from a beam at least as wide."""
+        if not asked:
+            return options, None
+        m = translator.manifest
+        if self.limits.max_beam_size < N_BEST:
+            message = f"rerank searches a beam of {N_BEST}; this service allows beams up to {self.limits.max_beam_size}"
+            raise InvalidRequest(message, field="rerank", limit=self.limits.max_beam_size)
+        try:
+            reverse = self.catalog.for_pair(m.target_lang, m.source_lang)
+        except UnsupportedPair as exc:
+            message = f"rerank needs a model of the opposite direction ({m.target_lang}-{m.source_lang}): {exc}"
+            raise InvalidRequest(message, field="rerank") from exc
+        n = max(N_BEST, options.n_best)
+        wider = replace(options, beam_size=max(options.beam_size, n), n_best=n)
+        return wider, Rerank(reverse, m.search.rerank_weight, options.n_best)
 
     # 2) decode every piece, batched with other requests
     async def translate(self, request: TranslateRequest) -> list[TextTranslation]:
@@ -116,6 +145,8 @@ class TranslationService:
         check_pieces(sum(len(j.prepared.pieces) for j in jobs), self.limits)
         self._check_translate_size(jobs)
         results = await self._decode([(j.translator, j.options, j.prepared) for j in jobs])
+        reranking = (self._reranked(j.translator, j.rerank, j.prepared, r) for j, r in zip(jobs, results, strict=True))
+        results = list(await asyncio.gather(*reranking))
         return [self._finish(job, hyps) for job, hyps in zip(jobs, results, strict=True)]
 
     async def _decode(self, work: list[tuple[Translator, SearchOptions, PreparedText]]) -> list[list[list[Hypothesis]]]:
@@ -135,6 +166,16 @@ class TranslationService:
 
         await asyncio.gather(*(run(key, members) for key, members in groups.items()))
         return results
+
+    async def _reranked(
+        self, translator: Translator, rerank: Rerank | None, prepared: PreparedText, nbests: list[list[Hypothesis]]
+    ) -> list[list[Hypothesis]]:
+        """Each piece's n-best reranked by the opposite direction's scores (on the inference thread)."""
+        if rerank is None:
+            return nbests
+        sources = [prepared.text[p.start : p.end] for p in prepared.pieces]
+        channel = await self.scheduler.call(channel_scores, translator, rerank.reverse, sources, nbests)
+        return [reranked(h, c, rerank.weight, rerank.keep) for h, c in zip(nbests, channel, strict=True)]
 
     def _start_cohort(self, key: Hashable, src_ids: list[list[int]]) -> Stepper[list[Hypothesis]]:
         name, options = cast(tuple[str, SearchOptions], key)
@@ -172,7 +213,7 @@ class TranslationService:
             caps = job.translator.max_lengths(lengths, job.options.max_output_tokens)
             rows = int(sum(caps)) + len(caps)  # generated tokens (EOS included), and a spare row each
             columns = job.view.top_k if job.view.format == "topk" else sum(lengths)
-            cells += rows * columns * (job.options.n_best if len(lengths) == 1 else 1)
+            cells += rows * columns * (job.n_best if len(lengths) == 1 else 1)
         advice = (
             'Ask for attention.format "topk" or "none", fewer or shorter texts, a smaller n_best or max_output_tokens'
         )
@@ -187,11 +228,16 @@ class TranslationService:
         options = search_options(translator, TranslateRequest([request.text], beam_size=request.beam_size), self.limits)
         with_self = request.self_attention and request.granularity == "subword"
         if request.forced_target is not None:
+            if request.rerank:
+                why = "rerank chooses among the model's own translations; forced_target gives one"
+                raise InvalidRequest(why, field="rerank")
             prepared, hyps = await self._forced(translator, request, options)
         else:
             prepared = prepare(translator, request.text, TEXT, self.limits)
             check_pieces(len(prepared.pieces), self.limits, TEXT)
+            options, rerank = self._with_rerank(translator, options, request.rerank)
             [nbests] = await self._decode([(translator, options, prepared)])
+            nbests = await self._reranked(translator, rerank, prepared, nbests)
             hyps = [nbest[0] for nbest in nbests]
         T = sum(len(h.tokens) for h in hyps)
         S = sum(len(e.ids) + 1 for e in prepared.encodings)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.channel_rerank import candidates, chosen, forced_log_probs, measure, reranked
+from benchmarks.channel_rerank import candidates, chosen, measure, reranked
 from models.data import Pair
 from service.engine.bundle import load_bundle
 from service.engine.introspection import force
+from service.engine.reranking import forced_log_probs
 from service.engine.translator import Translator
 from service.settings import DEFAULT_BUNDLES
 

@@ -194,3 +194,12 @@ def test_body_shape_errors(client: TestClient) -> None:
     assert client.get("/v1/translate").json()["error"]["code"] == "method_not_allowed"
     missing = client.get("/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_rerank_without_the_opposite_direction_names_the_field(client: TestClient) -> None:
+    response = client.post("/v1/translate", json={**EN_ZH, "q": "Tom likes tea.", "rerank": True})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["field"] == "rerank" and "opposite direction (zh-en)" in error["message"]
+    attention = client.post("/v1/attention", json={**EN_ZH, "q": "Tom likes tea.", "rerank": True})
+    assert attention.status_code == 422 and attention.json()["error"]["field"] == "rerank"
