@@ -145,8 +145,12 @@ class TranslationService:
         check_pieces(sum(len(j.prepared.pieces) for j in jobs), self.limits)
         self._check_translate_size(jobs)
         results = await self._decode([(j.translator, j.options, j.prepared) for j in jobs])
-        reranking = (self._reranked(j.translator, j.rerank, j.prepared, r) for j, r in zip(jobs, results, strict=True))
-        results = list(await asyncio.gather(*reranking))
+        # only texts that asked: the default path adds no task per text
+        reranking = {
+            k: self._reranked(j.translator, j.rerank, j.prepared, results[k]) for k, j in enumerate(jobs) if j.rerank
+        }
+        for k, nbests in zip(reranking, await asyncio.gather(*reranking.values()), strict=True):
+            results[k] = nbests
         return [self._finish(job, hyps) for job, hyps in zip(jobs, results, strict=True)]
 
     async def _decode(self, work: list[tuple[Translator, SearchOptions, PreparedText]]) -> list[list[list[Hypothesis]]]:
@@ -168,11 +172,9 @@ class TranslationService:
         return results
 
     async def _reranked(
-        self, translator: Translator, rerank: Rerank | None, prepared: PreparedText, nbests: list[list[Hypothesis]]
+        self, translator: Translator, rerank: Rerank, prepared: PreparedText, nbests: list[list[Hypothesis]]
     ) -> list[list[Hypothesis]]:
         """Each piece's n-best reranked by the opposite direction's scores (on the inference thread)."""
-        if rerank is None:
-            return nbests
         sources = [prepared.text[p.start : p.end] for p in prepared.pieces]
         channel = await self.scheduler.call(channel_scores, translator, rerank.reverse, sources, nbests)
         return [reranked(h, c, rerank.weight, rerank.keep) for h, c in zip(nbests, channel, strict=True)]
@@ -237,7 +239,8 @@ class TranslationService:
             check_pieces(len(prepared.pieces), self.limits, TEXT)
             options, rerank = self._with_rerank(translator, options, request.rerank)
             [nbests] = await self._decode([(translator, options, prepared)])
-            nbests = await self._reranked(translator, rerank, prepared, nbests)
+            if rerank:
+                nbests = await self._reranked(translator, rerank, prepared, nbests)
             hyps = [nbest[0] for nbest in nbests]
         T = sum(len(h.tokens) for h in hyps)
         S = sum(len(e.ids) + 1 for e in prepared.encodings)
