@@ -2,9 +2,10 @@
 
 Requests put sentences (decode jobs) and other inference (calls: forced decoding, self-attention)
 on one queue; a full queue refuses at once (Overloaded). An inference thread loops: it runs the
-queued calls, starts new cohorts from queued sentences that share a key (model and search
-options) as rows free up (all cohorts together decode at most `max_batch` sentences, in at most
-`max_cohorts` cohorts), then takes ONE decoder step of every running cohort in turn.
+queued calls (those that batch, `call_together`, as one call per kind), starts new cohorts from
+queued sentences that share a key (model and search options) as rows free up (all cohorts
+together decode at most `max_batch` sentences, in at most `max_cohorts` cohorts), then takes ONE
+decoder step of every running cohort in turn.
 So a long sentence never holds short ones behind it: a cohort that starts later advances at the
 same pace, and each sentence is answered the step it ends, not when its batch ends. A caller that
 leaves (deadline, disconnect) has its rows dropped from its cohort before the next step.
@@ -118,9 +119,19 @@ class _Job(_Item):
 class _Call(_Item):
     fn: Callable[..., Any] = print
     args: tuple[Any, ...] = ()
+    together: Hashable = None  # not None: fn takes a list of args[0]; queued calls with one key run as one
 
 
 _Batch = tuple[Hashable, list[_Job]]  # sentences of one key, to decode together
+
+
+def _grouped(calls: list[_Call]) -> list[list[_Call]]:
+    """Calls in queue order, those to run together (the same `together` key) in one group at the
+    place of the first."""
+    groups: dict[Hashable, list[_Call]] = {}
+    for i, call in enumerate(calls):
+        groups.setdefault(i if call.together is None else call.together, []).append(call)
+    return list(groups.values())
 
 
 @dataclass(eq=False)
@@ -190,6 +201,15 @@ class Scheduler(Generic[ResultT]):
         result: T = await item.future
         return result
 
+    async def call_together(self, fn: Callable[[list[Any]], list[T]], item: Any, key: Hashable) -> T:
+        """Like `call`, for work that is cheaper in one batch: the calls with the same `key` that are
+        queued when the thread takes calls run as one `fn([item, ...])`, which answers each in order."""
+        loop = asyncio.get_running_loop()
+        call = _Call(loop, loop.create_future(), fn=fn, args=(item,), together=(fn, key))
+        self._enqueue([call])
+        result: T = await call.future
+        return result
+
     def _enqueue(self, items: list[_Job] | list[_Call]) -> None:
         with self._cv:
             if not self.healthy or self._stopping:
@@ -210,8 +230,8 @@ class Scheduler(Generic[ResultT]):
         try:
             while (work := self._next()) is not None:
                 calls, express, cohorts = work
-                for call in calls:
-                    self._run_call(call)
+                for group in _grouped(calls):
+                    self._run_calls(group)
                 for key, jobs in express:
                     self._run_express(key, jobs)
                 for key, jobs in cohorts:
@@ -300,16 +320,25 @@ class Scheduler(Generic[ResultT]):
         self._in_flight += len(live)
         return live
 
-    def _run_call(self, call: _Call) -> None:
-        result, error = None, None
+    def _run_calls(self, calls: list[_Call]) -> None:
+        """One call, or calls to run together; a fault fails them, not the thread."""
+        live = [call for call in calls if not call.cancelled]
+        results: list[Any] = [None] * len(live)
+        error: Exception | None = None
         try:
-            if not call.cancelled:
-                result = call.fn(*call.args)
+            if live and live[0].together is not None:
+                answers = list(live[0].fn([call.args[0] for call in live]))
+                if len(answers) != len(live):
+                    raise RuntimeError(f"{len(live)} calls run together gave {len(answers)} answers")
+                results = answers
+            elif live:
+                results = [live[0].fn(*live[0].args)]
         except Exception as exc:
             log.error("inference call failed", exc_info=exc, extra={"event": "call_failed"})
             error = exc
-        self._release(1)  # before the answer: a caller that has its answer is no longer in the depth
-        call.settle(result, error)
+        self._release(len(calls))  # before the answers: a caller that has its answer is no longer in the depth
+        for call, result in zip(live, results, strict=True):
+            call.settle(result, error)
 
     def _started(self, key: Hashable, jobs: list[_Job]) -> Stepper[ResultT] | None:
         """The jobs' cohort, encoded; None when that failed (their callers have the error)."""

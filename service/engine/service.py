@@ -22,7 +22,7 @@ from service.engine.joining import join
 from service.engine.language import detect, mismatch
 from service.engine.rendering import PieceView, block_diagonal, combine, rendered, view_piece
 from service.engine.requests import AttentionOptions, IntrospectRequest, TranslateRequest
-from service.engine.reranking import N_BEST, Rerank, channel_scores, reranked
+from service.engine.reranking import N_BEST, ChannelWork, Rerank, channel_scores_together, reranked
 from service.engine.results import Detection, Introspection, Notice, Rendered, SegmentSpan, TextTranslation
 from service.engine.scheduler import Scheduler, SchedulerConfig, Stepper
 from service.engine.search import Hypothesis
@@ -176,7 +176,8 @@ class TranslationService:
     ) -> list[list[Hypothesis]]:
         """Each piece's n-best reranked by the opposite direction's scores (on the inference thread)."""
         sources = [prepared.text[p.start : p.end] for p in prepared.pieces]
-        channel = await self.scheduler.call(channel_scores, translator, rerank.reverse, sources, nbests)
+        work = ChannelWork(translator, rerank.reverse, sources, nbests)
+        channel = await self.scheduler.call_together(channel_scores_together, work, (translator, rerank.reverse))
         return [reranked(h, c, rerank.weight, rerank.keep) for h, c in zip(nbests, channel, strict=True)]
 
     def _start_cohort(self, key: Hashable, src_ids: list[list[int]]) -> Stepper[list[Hypothesis]]:

@@ -10,13 +10,13 @@ from typing import TypeVar
 
 import pytest
 
-from benchmarks.channel_rerank import candidates, reranked
+from benchmarks.channel_rerank import candidates, reranked, search
 from service.api.app import build_service
 from service.engine.catalog import Catalog
 from service.engine.errors import InvalidRequest
 from service.engine.onnx_model import SessionConfig
 from service.engine.requests import IntrospectRequest, TranslateRequest
-from service.engine.reranking import N_BEST
+from service.engine.reranking import N_BEST, ChannelWork, channel_scores, channel_scores_together
 from service.engine.service import TranslationService
 from service.settings import DEFAULT_BUNDLES, Settings
 
@@ -50,6 +50,23 @@ def test_rerank_picks_what_the_benchmark_measured_alone_and_batched() -> None:
             assert alone.best.score == together.best.score  # the reverse model's scores too
         [two] = await service.translate(TranslateRequest(ZH[:1], model="zh-en", n_best=2, rerank=True))
         assert len(two.alternatives) == 1  # the n_best asked for, not the 8 reranked
+
+    served(run)
+
+
+def test_requests_scored_together_score_as_alone_and_concurrent_requests_match() -> None:
+    async def run(service: TranslationService) -> None:
+        forward, reverse = service.catalog.get("zh-en"), service.catalog.get("en-zh")
+        nbests = search(forward, forward.source_ids(ZH), forward.options(beam_size=2, n_best=2))
+        works = [ChannelWork(forward, reverse, ZH[:1], nbests[:1]), ChannelWork(forward, reverse, ZH[1:], nbests[1:])]
+        together = channel_scores_together(works)
+        assert together == [channel_scores(forward, reverse, w.sources, w.nbests) for w in works]  # bit for bit
+        with pytest.raises(ValueError, match="share their models"):
+            channel_scores_together([works[0], ChannelWork(reverse, forward, ["Hi."], [nbests[0]])])
+        batched = await service.translate(TranslateRequest(ZH, model="zh-en", rerank=True))
+        requests = [service.translate(TranslateRequest([text], model="zh-en", rerank=True)) for text in ZH]
+        concurrent = [t for [t] in await asyncio.gather(*requests)]  # scored together or not, as the queue has it
+        assert [(t.best.text, t.best.score) for t in concurrent] == [(t.best.text, t.best.score) for t in batched]
 
     served(run)
 

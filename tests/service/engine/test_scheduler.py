@@ -429,6 +429,60 @@ def test_calls_share_the_queue_and_count_in_its_depth() -> None:
     asyncio.run(main())
 
 
+def test_calls_queued_together_run_as_one_per_key_and_each_caller_gets_its_answer() -> None:
+    batches: list[list[int]] = []
+
+    def tens(items: list[int]) -> list[int]:  # runs on the inference thread
+        batches.append(items)
+        return [10 * x for x in items]
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(Starter(), SchedulerConfig())
+        calls = [scheduler.call_together(tens, 1, "a"), scheduler.call_together(tens, 2, "b")]
+        calls += [scheduler.call(sum, [1, 2]), scheduler.call_together(tens, 3, "a")]
+        answers = asyncio.gather(*calls)
+        await until(lambda: scheduler.depth == 4, "every call to queue")  # queued before the thread starts
+        scheduler.start()
+        assert await answers == [10, 20, 3, 30]
+        assert batches == [[1, 3], [2]]
+        assert await scheduler.call_together(tens, 4, "a") == 40  # alone, later
+        assert scheduler.depth == 0
+        await scheduler.stop()
+
+    asyncio.run(main())
+
+
+def test_calls_run_together_fail_together_leave_out_a_caller_gone_and_serving_goes_on() -> None:
+    seen: list[list[int]] = []
+
+    def broken(items: list[int]) -> list[int]:
+        seen.append(items)
+        raise RuntimeError("scoring broke")
+
+    def none(items: list[int]) -> list[int]:
+        return []
+
+    async def main() -> None:
+        scheduler: Scheduler[list[int]] = Scheduler(Starter(), SchedulerConfig())
+        failing = [asyncio.ensure_future(scheduler.call_together(broken, x, "k")) for x in (1, 2, 3)]
+        await until(lambda: scheduler.depth == 3, "the calls to queue")
+        failing[1].cancel()  # its caller left before the thread ran it
+        await until(failing[1].done, "the cancel")
+        scheduler.start()
+        for call in (failing[0], failing[2]):
+            with pytest.raises(RuntimeError, match="scoring broke"):
+                await call
+        assert seen == [[1, 3]]
+        with pytest.raises(RuntimeError, match="1 calls run together gave 0 answers"):
+            await scheduler.call_together(none, 1, "k")
+        assert await scheduler.call(sum, [1, 2]) == 3
+        assert await scheduler.submit("m", [[1, 2]]) == [[2, 1]]
+        await until(lambda: scheduler.depth == 0, "the depth to settle")
+        await scheduler.stop()
+
+    asyncio.run(main())
+
+
 def test_a_caller_that_leaves_has_its_rows_dropped_before_the_next_step() -> None:
     starter = Starter()
     starter.gates["m"] = gate = threading.Event()
