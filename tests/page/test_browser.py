@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from service.settings import DEFAULT_BUNDLES
 from tests.conftest import PROJECT_ROOT
 from tests.support.server import RunningServer
 
@@ -103,6 +104,7 @@ def test_translate_and_look_at_the_attention(server: RunningServer, browser: obj
     T, S = len(expected["target_tokens"]), len(expected["source_tokens"])
     assert page.locator("#heatmaps td.cell").count() == T * S
     assert page.locator("#translation").inner_text().startswith(expected["text"])
+    assert page.locator("#rerank-control").is_hidden()  # no zh-en model here to rerank with
 
     # hovering a cell shows the two tokens and the weight
     page.hover('#heatmaps td.cell[data-t="0"][data-s="0"]')
@@ -140,6 +142,39 @@ def test_translate_and_look_at_the_attention(server: RunningServer, browser: obj
     page.screenshot(path=str(SCREENSHOTS / "page.png"), full_page=True)
     assert not problems, problems
     assert not violations(page)  # the page works under its strict policy
+
+
+@pytest.fixture(scope="module")
+def shipped_server() -> Iterator[RunningServer]:
+    running = RunningServer(DEFAULT_BUNDLES)
+    yield running
+    running.stop()
+
+
+def test_rerank_with_the_reverse_model(shipped_server: RunningServer, browser: object) -> None:
+    page = browser.new_page(viewport={"width": 1100, "height": 900})  # type: ignore[attr-defined]
+    problems = watch(page)
+    page.goto(shipped_server.url + "/")
+    page.wait_for_function("() => document.querySelectorAll('#pair option').length > 0")
+    assert page.locator("#rerank-control").is_visible()  # en-zh, and zh-en to score with
+    text = "Mary went to Shanghai last week to see her grandmother."
+    page.fill("#source", text)
+    page.check("#rerank")
+    page.click("#translate")
+    page.wait_for_selector("#heatmaps td.cell")
+    expected = api(shipped_server, "/v1/translate", {"q": text, "model": "en-zh", "n_best": 3, "rerank": True})
+    best = expected["translations"][0]
+    assert page.locator("#translation").inner_text().startswith(best["text"])
+    plain = api(shipped_server, "/v1/translate", {"q": text, "model": "en-zh"})["translations"][0]["text"]
+    assert plain != best["text"]  # the shipped en-zh drops "to see" unless reranked (docs/models.md)
+    T, S = len(best["target_tokens"]), len(best["source_tokens"])
+    assert page.locator("#heatmaps td.cell").count() == T * S
+    # another head is read through /v1/attention, which decodes the same reranked translation
+    page.select_option("#head", "0")
+    page.wait_for_selector("text=layer 1, head 0")  # the bundle's default view is layer 1
+    assert page.locator("#heatmaps td.cell").count() == T * S
+    assert not problems, problems
+    assert not violations(page)
 
 
 def test_errors_are_shown_in_words(server: RunningServer, browser: object) -> None:

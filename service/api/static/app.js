@@ -2,7 +2,7 @@
 // attention-mt page: plain JavaScript, no build step, no CDN.
 
 const $ = (id) => document.getElementById(id);
-const state = { models: {}, defaults: {}, result: null, model: null };
+const state = { models: {}, defaults: {}, result: null, model: null, reranked: false };
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
 // Language names from the browser itself (works offline, for any code a bundle declares).
 const LANGUAGE_NAMES = typeof Intl.DisplayNames === "function" ? new Intl.DisplayNames(["en"], { type: "language" }) : null;
@@ -217,6 +217,19 @@ function selectedModel() {
   return state.models[$("pair").value];
 }
 
+// Reranking needs a default model of the opposite pair (the service scores candidates with it).
+function canRerank(model) {
+  return Boolean(model) && `${model.target}-${model.source}` in state.defaults;
+}
+
+function rerankAsked() {
+  return !$("rerank-control").hidden && $("rerank").checked;
+}
+
+function pairChanged() {
+  $("rerank-control").hidden = !canRerank(selectedModel());
+}
+
 async function loadModels() {
   try {
     const data = await api("/v1/models");
@@ -226,6 +239,7 @@ async function loadModels() {
       const m = state.models[name];
       return new Option(`${languageName(m.source)} → ${languageName(m.target)} (${m.name}: ${m.family}, ${m.attention})`, name);
     }));
+    pairChanged();
   } catch (err) {
     showError("error", err.message);
   }
@@ -283,10 +297,14 @@ async function translate() {
   try {
     const model = selectedModel();
     // the model's own beam size (its search defaults); up to 3 alternatives
-    const body = { q: text, model: model.name, n_best: Math.min(3, model.search.beam_size), attention: { granularity: granularity() } };
+    const body = {
+      q: text, model: model.name, n_best: Math.min(3, model.search.beam_size),
+      attention: { granularity: granularity() }, rerank: rerankAsked(),
+    };
     const data = await api("/v1/translate", body);
     const best = data.translations[0];
     state.result = best;
+    state.reranked = body.rerank;  // the views re-read this translation: the same search
     state.model = state.models[data.model];
     $("translation").textContent = best.text;
     $("translation").lang = model.target;
@@ -326,7 +344,7 @@ async function changeView() {
     const data = await api("/v1/attention", {
       q: $("source").value, model: model.name,
       layers: [layer], heads: head === "mean" || head === "all" ? null : [Number(head)],
-      self_attention: false, granularity: granularity(),
+      self_attention: false, granularity: granularity(), rerank: state.reranked,
     });
     const perHead = data.cross_attention[0];
     const unattended = new Set(data.signals.unattended_source);
@@ -385,6 +403,7 @@ async function scoreForced() {
 }
 
 $("translate").addEventListener("click", translate);
+$("pair").addEventListener("change", pairChanged);
 $("score").addEventListener("click", scoreForced);
 $("layer").addEventListener("change", changeView);
 $("head").addEventListener("change", changeView);
