@@ -28,6 +28,7 @@ from models.metrics import score
 from service.engine.bundle import load_bundle
 from service.engine.reranking import channel_scores
 from service.engine.scoring import Hypothesis
+from service.engine.search import nbest_in_length_order
 from service.engine.translator import SearchOptions, Translator
 
 WEIGHTS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
@@ -44,12 +45,7 @@ class Candidate:
 
 def search(translator: Translator, src_ids: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
     """n-best of every source, in length-sorted batches."""
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
-    found: dict[int, list[Hypothesis]] = {}
-    for start in range(0, len(order), BATCH):
-        chunk = order[start : start + BATCH]
-        found |= dict(zip(chunk, translator.search_ids([src_ids[i] for i in chunk], options), strict=True))
-    return [found[i] for i in range(len(src_ids))]
+    return nbest_in_length_order(lambda chunk: translator.search_ids(chunk, options), src_ids, BATCH)
 
 
 def candidates(forward: Translator, reverse: Translator, sources: list[str], size: int) -> list[list[Candidate]]:

@@ -51,7 +51,9 @@ def training_pairs(corpus: Path, real_text: Path | None) -> list[Pair]:
 def reranked_texts(forward: Translator, reverse: Translator, texts: list[str], batch_size: int = 32) -> list[str]:
     """Each text (whole, as one sentence) translated by `forward`: its 8-best reranked by `reverse`."""
     options, weight = forward.options(beam_size=N_BEST, n_best=N_BEST), forward.manifest.search.rerank_weight
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # like lengths batch well
+    # like lengths batch well; each batch is scored as it is decoded (not search.nbest_in_length_order
+    # over all texts first), so only one batch's n-best lists, with their attention, are held at a time
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: dict[int, str] = {}
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]

@@ -54,6 +54,7 @@ __all__ = [
     "greedy_search",
     "length_penalty",
     "max_output_length",
+    "nbest_in_length_order",
     "row_candidates",
     "suppress",
     "truncated_source_ids",
@@ -250,14 +251,20 @@ def beam_search(
     return Cohort(model, state, decode).run(len(max_lengths))
 
 
+def nbest_in_length_order(
+    search: Callable[[list[list[int]]], list[list[Hypothesis]]], src_ids: list[list[int]], batch_size: int
+) -> list[list[Hypothesis]]:
+    """Decode in batches of similar length (less padding); every n-best, in input order."""
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    found: dict[int, list[Hypothesis]] = {}
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        found |= dict(zip(chunk, search([src_ids[i] for i in chunk]), strict=True))
+    return [found[i] for i in range(len(src_ids))]
+
+
 def best_in_length_order(
     search: Callable[[list[list[int]]], list[list[Hypothesis]]], src_ids: list[list[int]], batch_size: int
 ) -> list[Hypothesis]:
-    """Decode in batches of similar length (less padding); the best hypothesis of each, in input order."""
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
-    best: list[Hypothesis | None] = [None] * len(src_ids)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        for i, nbest in zip(chunk, search([src_ids[i] for i in chunk]), strict=True):
-            best[i] = nbest[0]
-    return [h for h in best if h is not None]
+    """`nbest_in_length_order`'s best hypothesis of each."""
+    return [nbest[0] for nbest in nbest_in_length_order(search, src_ids, batch_size)]
