@@ -145,10 +145,20 @@ class SearchDefaults(Strict):
     rerank_weight: float = Field(1.5, ge=0)
 
 
+class RowIds(Strict):
+    """The graph input whose ids alone index a table, in each graph (`src_ids`, `prev_tokens`)."""
+
+    encoder: str
+    decoder: str
+
+
 class SharedWeight(Strict):
     """A weight both graphs hold (a tied embedding), stored once: `length` bytes at `offset` of `file`,
     where each graph's initializer points (ONNX external data). The service gives both sessions one
-    buffer (export/shared_weights.py writes these)."""
+    buffer (export/shared_weights.py writes these). With `by_row`, the table is also an input of each
+    graph that overrides the initializer: the service reads from the file only the rows a call's ids
+    use, feeds those, and feeds the ids renumbered to match, so a worker never holds the table.
+    A reader that feeds nothing gets the whole table from the file, as without it."""
 
     file: str
     offset: int = Field(ge=0)
@@ -157,6 +167,7 @@ class SharedWeight(Strict):
     shape: list[Annotated[int, Field(ge=0)]]
     encoder: str  # the initializer's name in each graph
     decoder: str
+    by_row: RowIds | None = None
 
     @model_validator(mode="after")
     def _length_fits_the_shape(self) -> SharedWeight:

@@ -27,6 +27,7 @@ from service.engine.manifest import (
     StateSpec,
     TensorSpec,
 )
+from service.engine.row_tables import RowTable, fed, placeholder
 from service.engine.search import FloatArray, IntArray, suppress
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -125,10 +126,13 @@ def shared_cpu_arena() -> None:
 
 
 def make_session(
-    path: str, config: SessionConfig, initializers: dict[str, ort.OrtValue] | None = None
+    path: str, config: SessionConfig, initializers: dict[str, ort.OrtValue] | None = None, fed_tables: bool = False
 ) -> ort.InferenceSession:
-    """`initializers`: weights given instead of those in the graph (the caller keeps them alive)."""
+    """`initializers`: weights given instead of those in the graph (the caller keeps them alive).
+    `fed_tables`: the graph has tables read by row, which onnxruntime warns of at every load."""
     options = ort.SessionOptions()
+    if fed_tables:  # "Initializer ... appears in graph inputs": by design here (row_tables.py)
+        options.log_severity_level = 3
     for name, value in (initializers or {}).items():
         options.add_initializer(name, value)
     options.intra_op_num_threads = config.intra_op_threads
@@ -148,21 +152,37 @@ def make_session(
 
 
 def read_shared_weights(bundle: Bundle) -> dict[str, dict[str, ort.OrtValue]]:
-    """The weights both graphs hold, read once: for each graph, its initializer names -> one buffer."""
+    """The weights both graphs hold, read once: for each graph, its initializer names -> one buffer
+    (a table read by row: one placeholder row, as every call feeds the rows it needs)."""
     given: dict[str, dict[str, ort.OrtValue]] = {"encoder": {}, "decoder": {}}
     for w in bundle.manifest.shared_weights:
         dtype = np.dtype(w.dtype)
-        array = np.fromfile(bundle.file(w.file), dtype=dtype, count=w.length // dtype.itemsize, offset=w.offset)
-        value = ort.OrtValue.ortvalue_from_numpy(array.reshape(w.shape))  # no copy; it holds the array
+        if w.by_row is not None:
+            array = placeholder(w)
+        else:
+            array = np.fromfile(bundle.file(w.file), dtype=dtype, count=w.length // dtype.itemsize, offset=w.offset)
+        value = ort.OrtValue.ortvalue_from_numpy(array.reshape(-1, *w.shape[1:]))  # no copy; it holds the array
         given["encoder"][w.encoder] = given["decoder"][w.decoder] = value
     return given
+
+
+def row_tables(bundle: Bundle) -> dict[str, dict[str, tuple[str, RowTable]]]:
+    """For each graph, the tables it is fed by row: ids input -> (table input, table)."""
+    tables: dict[str, dict[str, tuple[str, RowTable]]] = {"encoder": {}, "decoder": {}}
+    for w in bundle.manifest.shared_weights:
+        if w.by_row is not None:
+            table = RowTable(bundle.file(w.file), w)
+            tables["encoder"][w.by_row.encoder] = (w.encoder, table)
+            tables["decoder"][w.by_row.decoder] = (w.decoder, table)
+    return tables
 
 
 def _load_session(
     bundle: Bundle, file: str, config: SessionConfig, initializers: dict[str, ort.OrtValue]
 ) -> ort.InferenceSession:
+    fed_tables = any(w.by_row is not None for w in bundle.manifest.shared_weights)
     try:
-        return make_session(str(bundle.file(file)), config, initializers)
+        return make_session(str(bundle.file(file)), config, initializers, fed_tables)
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BundleInvalid(bundle.path, [f"{file}: onnxruntime cannot load it ({reason})"]) from exc
@@ -196,6 +216,8 @@ class OnnxSeq2Seq:
         # one copy of a tied embedding for both sessions on the CPU (a device session copies it anyway);
         # onnxruntime reads these buffers for as long as the sessions live
         self._shared = read_shared_weights(bundle) if config.provider == "cpu" else {}
+        # a device session keeps its table (the default the graph holds); fed rows would cross the bus
+        self._rows = row_tables(bundle) if config.provider == "cpu" else {"encoder": {}, "decoder": {}}
         # the decoder first: loading a graph holds its weights twice for a moment (read, then
         # prepacked), and the decoder's are the larger; OPUS-MT size fp32 peaked 697 -> 566 MB loading
         self.decoder = _load_session(bundle, graphs.decoder.file, config, self._shared.get("decoder", {}))
@@ -230,7 +252,7 @@ class OnnxSeq2Seq:
     def encode(self, src_ids: IntArray, src_pad_mask: npt.NDArray[np.bool_]) -> OnnxState:
         """Run the encoder on (B, S) ids and mask; returns the state before the first step."""
         names = [t.name for t in self.bundle.manifest.graphs.encoder.outputs]
-        values = self.encoder.run(names, {"src_ids": src_ids, "src_pad_mask": src_pad_mask})
+        values = self.encoder.run(names, fed(self._rows["encoder"], {"src_ids": src_ids, "src_pad_mask": src_pad_mask}))
         outputs = dict(zip(names, values, strict=True))
         state = {}
         for spec in self.state_specs:
@@ -247,6 +269,7 @@ class OnnxSeq2Seq:
         if self.slotted:
             state = self._with_room(state)
         feeds = {"prev_tokens": tokens, "src_pad_mask": state.src_pad_mask, **state.statics, **state.state}
+        feeds = fed(self._rows["decoder"], feeds)
         outputs = dict(zip(self.output_names, self.decoder.run(self.output_names, feeds), strict=True))
         new_state = {}
         for spec in self.state_specs:

@@ -1,5 +1,6 @@
 """A tied embedding stored once (export/shared_weights.py): both graphs point at one file, the
-service gives both sessions one buffer, and every translation stays what it was."""
+service gives both sessions one buffer (or, for a table read by row, only the rows each call
+needs), and every translation stays what it was."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from export.bundle_writer import write_manifest
 from export.shared_weights import SHARED_FILE
 from service.engine.bundle import BundleInvalid, load_bundle
-from service.engine.manifest import Manifest
+from service.engine.manifest import Manifest, RowIds
+from service.engine.row_tables import fed
 from service.engine.translator import Translator
 
 TEXTS = ["the cat sees the dog .", "a dog runs .", "the big cat eats the small fish and the dog runs ."]
@@ -93,6 +97,59 @@ def test_sharing_is_kept_by_a_rewrite_and_dropped_when_the_weights_differ(
     Translator(load_bundle(shared))  # the encoder's weights went back inline
 
 
+def test_a_shared_embedding_is_read_by_row_and_never_held_whole(
+    converted_bundles: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = shared_copy(converted_bundles, tmp_path, monkeypatch)
+    [table] = [w for w in load_bundle(shared).manifest.shared_weights if "embed" in w.encoder]
+    assert table.by_row == RowIds(encoder="src_ids", decoder="prev_tokens")
+    translator = Translator(load_bundle(shared))
+    model = translator.model
+    for role, name in (("encoder", table.encoder), ("decoder", table.decoder)):
+        assert model._shared[role][name].shape() == [1, *table.shape[1:]]  # a placeholder, not the table
+    # the rows fed are the file's rows, bit for bit, and the ids index them
+    whole = np.fromfile(shared / SHARED_FILE, dtype=table.dtype, count=int(np.prod(table.shape)), offset=table.offset)
+    ids = np.array([[7, 3, 7, 0], [table.shape[0] - 1, 3, 3, 3]], dtype=np.int64)
+    rows, renumbered = model._rows["encoder"]["src_ids"][1].rows(ids)
+    assert rows.shape == (4, *table.shape[1:]) and renumbered.dtype == ids.dtype
+    assert np.array_equal(rows[renumbered], whole.reshape(table.shape)[ids])
+    with pytest.raises(ValueError, match=f"id {table.shape[0]} is outside the table's {table.shape[0]} rows"):
+        model._rows["decoder"]["prev_tokens"][1].rows(np.array([table.shape[0]]))
+    # a reader that feeds no rows runs on the whole table the graph points at
+    plain = ort.InferenceSession(str(shared / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    src = np.array([[5, 9, 2, 9]], dtype=np.int64)
+    feeds = {"src_ids": src, "src_pad_mask": np.zeros(src.shape, dtype=bool)}
+    names = [o.name for o in plain.get_outputs()]
+    for a, b in zip(plain.run(names, feeds), model.encoder.run(names, fed(model._rows["encoder"], feeds)), strict=True):
+        assert np.array_equal(a, b)
+
+
+def held_whole(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewrite `bundle` as bundles were written before tables were read by row: no table inputs."""
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        model = onnx.load(str(bundle / graph), load_external_data=False)
+        initializers = {t.name for t in model.graph.initializer}
+        kept = [i for i in model.graph.input if i.name not in initializers]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+        onnx.save(model, str(bundle / graph))
+    with monkeypatch.context() as before_rows:
+        before_rows.setattr("export.shared_weights._read_by_row", lambda *_: False)
+        write_manifest(bundle, fields_of(bundle))
+    assert all(w.by_row is None for w in load_bundle(bundle).manifest.shared_weights)
+
+
+def test_a_bundle_shared_before_rows_is_read_by_row_after_a_rewrite(
+    converted_bundles: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = shared_copy(converted_bundles, tmp_path, monkeypatch)
+    held_whole(shared, monkeypatch)
+    whole = results(shared)  # such a bundle still loads, its tables held whole
+    write_manifest(shared, fields_of(shared))  # any tool's next write
+    assert any(w.by_row is not None for w in load_bundle(shared).manifest.shared_weights)
+    assert results(shared) == whole == results(converted_bundles / "en-de")
+
+
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
@@ -110,3 +167,23 @@ def test_a_shared_weight_that_does_not_fit_is_refused(
     path.write_text(json.dumps(manifest), encoding="utf-8")
     with pytest.raises(BundleInvalid, match=problem):
         load_bundle(shared)
+
+
+def test_an_int8_conversion_reads_its_quantized_table_by_row(
+    marian_checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from export.convert_hf import ConvertOptions, convert_hf
+
+    monkeypatch.setattr("export.shared_weights.MIN_BYTES", 1024)
+    options = ConvertOptions("en", "de", target_token=">>deu<<", int8=True)
+    bundle = convert_hf(marian_checkpoints["en-de"], tmp_path / "en-de-int8", options).path
+    [table] = [w for w in load_bundle(bundle).manifest.shared_weights if "embed" in w.encoder]
+    assert table.dtype != "float32" and table.by_row == RowIds(encoder="src_ids", decoder="prev_tokens")
+    graphs = load_bundle(bundle).manifest.graphs
+    for spec in (graphs.encoder, graphs.decoder):  # the quantizer left no input of the fp32 table behind
+        model = onnx.load(str(bundle / spec.file), load_external_data=False)
+        inputs = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+        assert inputs == {t.name for t in spec.inputs}
+    by_row = results(bundle)
+    held_whole(bundle, monkeypatch)
+    assert results(bundle) == by_row
