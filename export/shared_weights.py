@@ -149,11 +149,9 @@ def _read_by_row(
         if dec is None or _row_ids(encoder, enc.name) is None or _row_ids(decoder, dec.name) is None:
             continue
         for model, tensor in ((encoder, enc), (decoder, dec)):
-            if tensor.name not in {i.name for i in model.graph.input}:
-                rows = onnx.helper.make_tensor_value_info(
-                    tensor.name, tensor.data_type, ["table_rows", *tensor.dims[1:]]
-                )
-                model.graph.input.append(rows)
+            if not _is_input(model, tensor.name):
+                shape = ["table_rows", *tensor.dims[1:]]
+                model.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, shape))
                 changed = True
     return changed
 
@@ -167,10 +165,7 @@ def _entries(encoder_model: onnx.ModelProto, decoder_model: onnx.ModelProto) -> 
         if other is None:
             continue
         by_row = None
-        if all(
-            name in {i.name for i in m.graph.input}
-            for m, name in ((encoder_model, t.name), (decoder_model, other.name))
-        ):
+        if _is_input(encoder_model, t.name) and _is_input(decoder_model, other.name):
             ids = _row_ids(encoder_model, t.name), _row_ids(decoder_model, other.name)
             by_row = RowIds(encoder=ids[0], decoder=ids[1]) if ids[0] and ids[1] else None
         entries.append(

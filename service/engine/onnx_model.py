@@ -224,6 +224,7 @@ class OnnxSeq2Seq:
         self.encoder = _load_session(bundle, graphs.encoder.file, config, self._shared.get("encoder", {}))
         problems = graph_io_problems(graphs.encoder, self.encoder.get_inputs(), self.encoder.get_outputs())
         problems += graph_io_problems(graphs.decoder, self.decoder.get_inputs(), self.decoder.get_outputs())
+        problems += self._row_table_problems()
         if problems:
             raise BundleInvalid(bundle.path, problems)
         self.state_specs: list[StateSpec] = bundle.manifest.state
@@ -248,6 +249,21 @@ class OnnxSeq2Seq:
         special, search = bundle.manifest.special_ids, bundle.manifest.search
         suppressed = (special.pad, special.bos) if search.suppressed_ids is None else search.suppressed_ids
         self.suppressed, self.renormalize = tuple(dict.fromkeys(suppressed)), search.renormalize
+
+    def _row_table_problems(self) -> list[str]:
+        """A table fed by row must be an initializer the graph lets a feed override, indexed by one of
+        the graph's declared inputs."""
+        problems = []
+        graphs = self.bundle.manifest.graphs
+        for role, session, spec in (
+            ("encoder", self.encoder, graphs.encoder),
+            ("decoder", self.decoder, graphs.decoder),
+        ):
+            overridable = {i.name for i in session.get_overridable_initializers()}
+            for ids, (table, _) in self._rows[role].items():
+                if table not in overridable or ids not in {t.name for t in spec.inputs}:
+                    problems.append(f"shared_weights: {role} cannot be fed {table} by the rows of {ids}")
+        return problems
 
     def encode(self, src_ids: IntArray, src_pad_mask: npt.NDArray[np.bool_]) -> OnnxState:
         """Run the encoder on (B, S) ids and mask; returns the state before the first step."""

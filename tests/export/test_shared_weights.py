@@ -5,6 +5,7 @@ needs), and every translation stays what it was."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -187,3 +188,22 @@ def test_an_int8_conversion_reads_its_quantized_table_by_row(
     by_row = results(bundle)
     held_whole(bundle, monkeypatch)
     assert results(bundle) == by_row
+
+
+@pytest.mark.parametrize("strip_inputs", [False, True])
+def test_a_table_the_graphs_cannot_be_fed_by_row_is_refused(
+    converted_bundles: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strip_inputs: bool
+) -> None:
+    shared = shared_copy(converted_bundles, tmp_path, monkeypatch)
+    ids = {"encoder": "src_ids", "decoder": "prev_tokens"}
+    if strip_inputs:  # graphs written before rows, a manifest that says otherwise
+        held_whole(shared, monkeypatch)
+    else:
+        ids["encoder"] = "src_words"
+    path = shared / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for w in manifest["shared_weights"]:
+        w["by_row"] = ids
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(BundleInvalid, match=re.escape("encoder cannot be fed model.src_embed.weight by the rows of")):
+        Translator(load_bundle(shared))
