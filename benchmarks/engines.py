@@ -126,7 +126,9 @@ class OrtEngine:
         from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig  # noqa: PLC0415
 
         bundle = load_bundle(Path(spec.artifact))
-        config = SessionConfig(intra_op_threads=spec.intra_threads, inter_op_threads=1)
+        # several threads: the encoder's and decoder's on one pool, as the service has them when they spin
+        shared = spec.intra_threads != 1 and spec.inter_threads == 1
+        config = SessionConfig(intra_op_threads=spec.intra_threads, inter_op_threads=1, shared_thread_pool=shared)
         self.models = [OnnxSeq2Seq(bundle, config) for _ in range(spec.inter_threads)]
         self.bos, self.eos = bundle.manifest.special_ids.bos, bundle.manifest.special_ids.eos
 

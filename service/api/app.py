@@ -100,6 +100,9 @@ def session_config(settings: Settings) -> SessionConfig:
         spinning=settings.intra_op_spinning,
         enable_mem_arena=settings.enable_mem_arena,
         enable_mem_pattern=settings.enable_mem_pattern,
+        # threads that spin anyway share one pool, so one model's idle threads never spin on the cores
+        # another model's are running on (all of a server's sessions come from these settings)
+        shared_thread_pool=settings.intra_op_spinning and settings.intra_op_threads != 1,
     )
 
 

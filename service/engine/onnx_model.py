@@ -10,12 +10,14 @@ Legend: B batch, S source length, N rows being decoded, V vocabulary.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
+from onnxruntime.capi.onnxruntime_pybind11_state import set_global_thread_pool_sizes
 
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
 from service.engine.manifest import (
@@ -54,6 +56,12 @@ class SessionConfig:
     spinning: bool = True  # onnxruntime's default; the service turns it off (MT_INTRA_OP_SPINNING)
     enable_mem_arena: bool = True
     enable_mem_pattern: bool | None = None  # None: on, unless the output vocabulary is LARGE_VOCAB or more
+    # every session of the process on onnxruntime's one process-wide pool (see shared_thread_pool)
+    shared_thread_pool: bool = False
+
+    def __post_init__(self) -> None:
+        if self.shared_thread_pool and not self.spinning:
+            raise ValueError("onnxruntime's process-wide thread pool always spins: shared_thread_pool needs spinning")
 
 
 @dataclass
@@ -125,6 +133,30 @@ def shared_cpu_arena() -> None:
     ort.create_and_register_allocator(memory, ort.OrtArenaCfg({"arena_extend_strategy": 1}))  # 1: same as requested
 
 
+_pool_sizes: list[tuple[int, int]] = []  # the process's one shared thread pool, once made
+_pool_lock = threading.Lock()
+
+
+def shared_thread_pool(config: SessionConfig) -> None:
+    """For a config that shares it, make onnxruntime's process-wide thread pool with its sizes, once.
+    Each session's own pool spins for a while after its run, on the cores the next session's pool
+    needs: at OPUS-MT size, fp32 greedy x 1 on two threads, an encoder call took 15-18 ms after decoder
+    steps (5 ms alone) and the first decoder steps 13-16 ms (8 alone); one shared pool took a token
+    from 10.2 to 7.9 ms, with the same results. Once it exists, onnxruntime refuses sessions with
+    threads of their own, and it cannot be resized, so a process holds to one config."""
+    sizes = (config.intra_op_threads, config.inter_op_threads)
+    if not config.shared_thread_pool:
+        if _pool_sizes:
+            raise ValueError("this process shares one thread pool: its sessions cannot have threads of their own")
+        return
+    with _pool_lock:
+        if not _pool_sizes:
+            set_global_thread_pool_sizes(*sizes)
+            _pool_sizes.append(sizes)
+    if _pool_sizes[0] != sizes:
+        raise ValueError(f"this process's shared thread pool is {_pool_sizes[0]} (intra, inter), not {sizes}")
+
+
 def make_session(
     path: str, config: SessionConfig, initializers: dict[str, ort.OrtValue] | None = None, fed_tables: bool = False
 ) -> ort.InferenceSession:
@@ -135,8 +167,12 @@ def make_session(
         options.log_severity_level = 3
     for name, value in (initializers or {}).items():
         options.add_initializer(name, value)
-    options.intra_op_num_threads = config.intra_op_threads
-    options.inter_op_num_threads = config.inter_op_threads
+    shared_thread_pool(config)
+    if config.shared_thread_pool:
+        options.use_per_session_threads = False
+    else:
+        options.intra_op_num_threads = config.intra_op_threads
+        options.inter_op_num_threads = config.inter_op_threads
     options.enable_cpu_mem_arena = config.enable_mem_arena
     if config.enable_mem_arena:
         shared_cpu_arena()
@@ -215,6 +251,7 @@ class OnnxSeq2Seq:
         self.bundle = bundle
         # one copy of a tied embedding for both sessions on the CPU (a device session copies it anyway);
         # onnxruntime reads these buffers for as long as the sessions live
+        shared_thread_pool(config)  # a config the process's threads refuse fails here, not as a bad bundle
         self._shared = read_shared_weights(bundle) if config.provider == "cpu" else {}
         # a device session keeps its table (the default the graph holds); fed rows would cross the bus
         self._rows = row_tables(bundle) if config.provider == "cpu" else {"encoder": {}, "decoder": {}}
