@@ -122,15 +122,15 @@ def _row_ids(model: onnx.ModelProto, table: str) -> str | None:
     if any(a.g.node or a.graphs for n in graph.node for a in n.attribute):
         return None  # subgraphs could read either one
     users = [n for n in graph.node if table in n.input]
-    if len(users) != 1 or users[0].op_type != "Gather" or list(users[0].input) != [table, users[0].input[1]]:
+    if len(users) != 1 or users[0].op_type != "Gather" or users[0].input[0] != table:
         return None
     if any(a.name == "axis" and a.i != 0 for a in users[0].attribute):
         return None
     ids = users[0].input[1]
     is_input = _is_input(model, ids) and ids not in {o.name for o in graph.output}
-    # renumbered ids keep their shape, so a Shape of them may read them too
-    others = [n for n in graph.node if ids in n.input and n is not users[0]]
-    return ids if is_input and all(n.op_type == "Shape" for n in others) else None
+    # renumbered ids keep their shape, so a Shape of them may read them too: the Gather is the one other reader
+    readers = [n for n in graph.node if ids in n.input]
+    return ids if is_input and sum(n.op_type != "Shape" for n in readers) == 1 else None
 
 
 def _is_input(model: onnx.ModelProto, name: str) -> bool:

@@ -68,7 +68,8 @@ def translate_side(
     pairs: list[Pair], bundle: Path, beam: int, batch_size: int = 32, reverse: Path | None = None
 ) -> list[Pair]:
     """Each pair with its bundle-source side kept and its other side replaced by the bundle's
-    translation (reranked by `reverse`'s bundle when given); pairs the bundle leaves empty are dropped."""
+    translation (by `reverse`'s bundle reranking an 8-best when given, and then `beam` is unused); pairs
+    the bundle leaves empty are dropped."""
     translator = Translator(load_bundle(bundle))
     source, target = translator.manifest.source_lang, translator.manifest.target_lang
     if {source, target} != {"en", "zh"}:
@@ -102,7 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", type=Path, help="Tatoeba TSV (default: the shared corpus)")
     parser.add_argument("--no-real-text", action="store_true", help="Tatoeba's training split only")
     parser.add_argument("--beam", type=int, default=1)
-    parser.add_argument("--reverse", type=Path, help="the opposite direction's bundle: rerank an 8-best by it")
+    parser.add_argument(
+        "--reverse", type=Path, help="the opposite direction's bundle: rerank an 8-best by it (--beam is then unused)"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:

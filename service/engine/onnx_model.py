@@ -249,9 +249,9 @@ class OnnxSeq2Seq:
         graphs = bundle.manifest.graphs
         config = with_mem_pattern(config or SessionConfig(), output_vocabulary(graphs.decoder))
         self.bundle = bundle
+        shared_thread_pool(config)  # a config the process's threads refuse fails here, not as a bad bundle
         # one copy of a tied embedding for both sessions on the CPU (a device session copies it anyway);
         # onnxruntime reads these buffers for as long as the sessions live
-        shared_thread_pool(config)  # a config the process's threads refuse fails here, not as a bad bundle
         self._shared = read_shared_weights(bundle) if config.provider == "cpu" else {}
         # a device session keeps its table (the default the graph holds); fed rows would cross the bus
         self._rows = row_tables(bundle) if config.provider == "cpu" else {"encoder": {}, "decoder": {}}
