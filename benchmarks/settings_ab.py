@@ -1,15 +1,18 @@
-"""Serving settings side by side: one server per variant, measured in interleaved rounds.
+"""Serving settings, or code, side by side: one server per variant, measured in interleaved rounds.
 
     python -m benchmarks.settings_ab --bundle bundles/en-zh MT_JOIN_DELAY_MS=0 MT_JOIN_DELAY_MS=5
     python -m benchmarks.settings_ab --bundle bundles/en-zh MT_INTRA_OP_SPINNING=true MT_INTRA_OP_SPINNING=false
+    python -m benchmarks.settings_ab --bundle bundles/en-zh @HEAD~1 -     # the last commit's code against this tree's
 
 Each variant is a set of MT_* settings (`A=1,B=2` for several) given to a real `attention-mt
-serve` of its own; all the servers run at once and every round measures each in turn (the order
-reversed every other round), so drift on a shared machine falls on every variant alike. A round
-takes, per server: 32 clients' greedy throughput, 16 clients' at beam 4, the latency of 2 clients
-(the cost a wait for company puts on light traffic), a short sentence's p99 while 32 clients
-keep the server busy, and a short sentence every 50 ms beside 16 clients sending real-text (news)
-sentences: its p50 and p99, and their requests a second; at the end, each server's peak RSS.
+serve` of its own, or `@REV` (optionally `@REV,MT_A=1`): the server runs the code of git revision
+REV, from a worktree made for the run, with this checkout's bundles. All the servers run at once
+and every round measures each in turn (the order reversed every other round), so drift on a shared
+machine falls on every variant alike. A round takes, per server: one client's latency, request
+after request (batch 1), 32 clients' greedy throughput, 16 clients' at beam 4, the latency of 2
+clients (the cost a wait for company puts on light traffic), a short sentence's p99 while 32
+clients keep the server busy, and a short sentence every 50 ms beside 16 clients sending real-text
+(news) sentences: its p50 and p99, and their requests a second; at the end, each server's peak RSS.
 Reported: the median of the rounds and each round's figure, so the spread shows.
 """
 
@@ -17,10 +20,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import statistics
-from dataclasses import dataclass
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +42,53 @@ from benchmarks.http_bench import (
     probe_beside,
     probe_under_load,
     sentences,
+    sequential,
 )
 
 SHORT_EVERY_S = 0.05  # the short sentence sent beside long ones: one every 50 ms
 
 
-def variant(text: str) -> dict[str, str]:
-    """`MT_A=1,MT_B=2` -> {"MT_A": "1", "MT_B": "2"}; "-" for the defaults."""
-    if text == "-":
-        return {}
-    pairs = [item.partition("=") for item in re.split(r",(?=MT_)", text)]  # a value may hold commas: [1,2]
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    env: dict[str, str] = field(default_factory=dict)  # MT_* settings
+    rev: str | None = None  # a git revision whose code the server runs; None: this tree's
+
+
+def variant(text: str) -> Variant:
+    """`MT_A=1,MT_B=2` -> those settings; `@REV[,MT_A=1]` -> REV's code (with those); "-" for the defaults."""
+    rev, _, rest = text[1:].partition(",") if text.startswith("@") else (None, "", text)
+    if rev == "":
+        raise argparse.ArgumentTypeError(f"{text!r}: expected @REV, a git revision, after the @")
+    if rest in ("-", ""):
+        return Variant(text if rev else "defaults", {}, rev)
+    pairs = [item.partition("=") for item in re.split(r",(?=MT_)", rest)]  # a value may hold commas: [1,2]
     if any(not key.startswith("MT_") or not sep for key, sep, _ in pairs):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected MT_NAME=value[,MT_NAME=value] or -")
-    return {key: value for key, _, value in pairs}
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MT_NAME=value[,MT_NAME=value], @REV or -")
+    return Variant(text, {key: value for key, _, value in pairs}, rev)
+
+
+@contextlib.contextmanager
+def code_trees(revs: set[str]) -> Iterator[dict[str, Path]]:
+    """A detached git worktree of each revision, removed afterwards: rev -> its directory."""
+    trees: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="settings-ab-") as tmp:
+        try:
+            for i, rev in enumerate(sorted(revs)):
+                trees[rev] = Path(tmp) / f"tree{i}"
+                subprocess.run(
+                    ["git", "worktree", "add", "--detach", str(trees[rev]), rev], check=True, capture_output=True
+                )
+            yield trees
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
+
+
+def server_env(v: Variant, trees: dict[str, Path]) -> dict[str, str]:
+    """The variant's settings, and for a revision its worktree first on the import path (the
+    installed `attention-mt` then imports that code)."""
+    return {**v.env, "PYTHONPATH": str(trees[v.rev])} if v.rev else v.env
 
 
 @dataclass(frozen=True)
@@ -61,9 +102,11 @@ class Work:
 
 
 async def one_round(port: int, work: Work, seconds: float) -> dict[str, float]:
+    one = await sequential(port, work.greedy[:40])
     two = await closed_loop(port, work.greedy, 2, seconds)
     beside, long_rps = await probe_beside(port, work.probe, work.long, 16, seconds, every_s=SHORT_EVERY_S)
     return {
+        "one_client_p50_ms": pct(one, 0.5),
         "rps_32": (await load(port, work.greedy, 32, seconds))[0],
         "rps_16_beam4": (await load(port, work.beam4, 16, seconds))[0],
         "two_clients_p50_ms": pct(two, 0.5),
@@ -120,15 +163,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0, help="each figure's phase")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("variants", nargs="+", type=variant, help="MT_NAME=value[,MT_NAME=value], or - for defaults")
+    parser.add_argument(
+        "variants",
+        nargs="+",
+        type=variant,
+        help="MT_NAME=value[,...], @REV[,MT_NAME=value,...], or - for defaults",
+    )
     args = parser.parse_args()
-    names = [",".join(f"{k}={v}" for k, v in env.items()) or "defaults" for env in args.variants]
-    servers = {name: Server(args.bundle, env=env) for name, env in zip(names, args.variants, strict=True)}
-    try:
-        results = asyncio.run(measure(servers, args.bundle, args.rounds, args.seconds))
-    finally:
-        for server in servers.values():
-            server.stop()
+    with code_trees({v.rev for v in args.variants if v.rev}) as trees:
+        servers = {v.name: Server(args.bundle, env=server_env(v, trees)) for v in args.variants}
+        try:
+            results = asyncio.run(measure(servers, args.bundle, args.rounds, args.seconds))
+        finally:
+            for server in servers.values():
+                server.stop()
     for name, figures in results.items():
         line = ", ".join(f"{figure} {r['median']:.1f} ({min(r['rounds']):.1f}-{max(r['rounds']):.1f})"
                          for figure, r in figures.items())  # fmt: skip

@@ -27,7 +27,7 @@ from service.api.auth import ApiKeyAuth, KeyRing
 from service.api.docs import install_docs
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestContext
-from service.api.routes import STATIC_DIR, router
+from service.api.routes import STATIC_DIR, bodies, router
 from service.api.security import HeaderLimit, SecurityHeaders
 from service.engine.catalog import Catalog, resolve_provider
 from service.engine.errors import EngineError
@@ -198,6 +198,7 @@ def create_app(
     app.state.exit_on_load_failure = exit_on_load_failure
     app.state.on_ready = on_ready
     errors.install(app)
+    app.include_router(bodies)  # first: the routes every request of the load takes
     app.include_router(router)
     app.include_router(libretranslate.router)
     if docs:

@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api.deps import service_of, within_deadline
 from service.api.errors import error_response
+from service.api.json_route import JsonBodyRoute
 from service.api.presentation import introspection_cells, introspection_json, translate_json, translation_cells
 from service.api.responses import FastJSON, answer
 from service.api.schemas import (
@@ -31,6 +32,7 @@ from service.engine.results import TextTranslation
 
 T = TypeVar("T")
 router = APIRouter()
+bodies = APIRouter(route_class=JsonBodyRoute)  # the POST routes with one JSON model as their body
 STATIC_DIR = Path(__file__).parent / "static"
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 413, 415, 422, 429, 503, 504)
@@ -44,7 +46,7 @@ def _count_tokens(request: Request, results: list[TextTranslation]) -> None:
         tokens.labels("out").inc(len(t.best.target_tokens))
 
 
-@router.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS, tags=["translate"])
+@bodies.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS, tags=["translate"])
 async def translate(body: TranslateBody, request: Request) -> FastJSON:
     """Translate one text or a batch, with the attention of every output token."""
     started = time.perf_counter()
@@ -75,7 +77,7 @@ def introspect_request(body: IntrospectBody, **changes: Any) -> IntrospectReques
     return IntrospectRequest(text=body.q, **{**fields, **changes})
 
 
-@router.post("/v1/attention", response_model=IntrospectResponse, responses=ERRORS, tags=["introspect"])
+@bodies.post("/v1/attention", response_model=IntrospectResponse, responses=ERRORS, tags=["introspect"])
 async def attention(body: IntrospectBody, request: Request) -> FastJSON:
     """Every layer and head of one translation (the one /v1/translate gives, or forced_target scored)."""
     job = introspect_request(body)
@@ -83,7 +85,7 @@ async def attention(body: IntrospectBody, request: Request) -> FastJSON:
     return await answer(lambda: introspection_json(result), introspection_cells(result))
 
 
-@router.post(
+@bodies.post(
     "/v1/attention/svg",
     response_class=Response,
     responses={200: {"content": {"image/svg+xml": {}}}, **ERRORS},
