@@ -129,33 +129,20 @@ class BeamDecode:
         K, t = self.K, self.t
         if self.track:
             log_probs = against_repeats(log_probs, self.histories, self.scoring)
+        last = t + 1 >= self.max_lengths[np.asarray(self.active)]  # (A,) sentences at their max length
         if self.scoring.forced_eos:
-            last = np.repeat(np.array([t + 1 >= self.max_lengths[b] for b in self.active]), K)  # (N,)
-            log_probs = force_eos(log_probs, last, self.eos_id)
+            log_probs = force_eos(log_probs, np.repeat(last, K), self.eos_id)
         self.trace.attention.append(attention)
-        row_tokens, totals = row_candidates(log_probs, self.cum, 2 * K, len(self.active))  # (N, C), (A, K·C)
-        C = row_tokens.shape[1]
-        n_cand = min(2 * K, totals.shape[1])
-        top = np.argpartition(-totals, n_cand - 1, axis=1)[:, :n_cand]  # (A, 2K)
-        going_on: dict[int, list[_Candidate]] = {}  # block -> its K beams
-        for a, sentence in enumerate(self.active):
-            order = top[a][np.argsort(-totals[a, top[a]], kind="stable")]  # (2K,) best first
-            rows_and_slots = [(a * K + int(c) // C, int(c) % C, float(totals[a, c])) for c in order]
-            candidates = [(row, int(row_tokens[row, slot]), total) for row, slot, total in rows_and_slots]
-            alive = self._advance(sentence, candidates, log_probs, t, t + 1 >= self.max_lengths[sentence])
-            if alive:
-                going_on[a] = alive
-            else:
-                self._done_now.append(sentence)
-        blocks = gap_filling(list(going_on))
-        kept = [c for a in blocks for c in going_on[a]]
-        self.active = still_active = [self.active[a] for a in blocks]
-        if not still_active:  # no rows go on
+        rows, tokens, scores = self._candidates(log_probs)  # (A, 2K) each, best first
+        (alive_rows, alive_tokens, alive_scores), going = self._beams(rows, tokens, scores, last, log_probs)
+        blocks = gap_filling(np.flatnonzero(going).tolist())
+        self.active = [self.active[a] for a in blocks]
+        if not self.active:  # no rows go on
             self.tokens = self.tokens[:0]
             return np.zeros(0, dtype=np.int64)
-        rows = np.array([c[0] for c in kept], dtype=np.int64)
-        self.tokens = np.array([c[1] for c in kept], dtype=np.int64)
-        self.cum = np.array([c[2] for c in kept])
+        rows = alive_rows[blocks].ravel()
+        self.tokens = alive_tokens[blocks].ravel()
+        self.cum = alive_scores[blocks].ravel()
         if self.track:
             self.histories = [[*self.histories[r], int(tok)] for r, tok in zip(rows, self.tokens, strict=True)]
         self.trace.last_token.append(self.tokens)
@@ -163,6 +150,64 @@ class BeamDecode:
         self.trace.parent.append(rows)
         self.t += 1
         return rows
+
+    def _beams(
+        self,
+        rows: IntArray,
+        tokens: IntArray,
+        scores: npt.NDArray[np.float64],
+        last: npt.NDArray[np.bool_],
+        log_probs: FloatArray,
+    ) -> tuple[tuple[IntArray, IntArray, npt.NDArray[np.float64]], npt.NDArray[np.bool_]]:
+        """Each sentence's K beams (row, token, score: (A, K) each) from its ranked candidates ((A, 2K)
+        each), and whether it goes on (A,); finished hypotheses are recorded, done sentences noted."""
+        K, A = self.K, len(self.active)
+        beams = (np.empty((A, K), np.int64), np.empty((A, K), np.int64), np.empty((A, K)))
+        # the common case, decided for all sentences at once: none of a sentence's K best ends or is
+        # impossible, so they are its beams and nothing finishes (what _advance finds, one by one)
+        plain = ~last & (tokens[:, :K] != self.eos_id).all(axis=1) & (scores[:, :K] > -np.inf).all(axis=1)
+        if self.scoring.stopping == "transformers":  # it may also stop a sentence no beam of which ends
+            plain[:] = False
+        for beam, ranked in zip(beams, (rows, tokens, scores), strict=True):
+            beam[plain] = ranked[plain, :K]
+        going = plain.copy()
+        self._one_by_one(np.flatnonzero(~plain), (rows, tokens, scores), last, log_probs, (beams, going))
+        return beams, going
+
+    def _one_by_one(
+        self,
+        places: IntArray,
+        ranked: tuple[IntArray, IntArray, npt.NDArray[np.float64]],
+        last: npt.NDArray[np.bool_],
+        log_probs: FloatArray,
+        out: tuple[tuple[IntArray, IntArray, npt.NDArray[np.float64]], npt.NDArray[np.bool_]],
+    ) -> None:
+        """The step as it reads, for the sentences at `places`: each one's candidates through
+        `_advance`, its beams and whether it goes on written into `out`."""
+        (beams, going), (rows, tokens, scores) = out, ranked
+        for a in places:
+            sentence = self.active[a]
+            candidates = list(zip(rows[a].tolist(), tokens[a].tolist(), scores[a].tolist(), strict=True))
+            if alive := self._advance(sentence, candidates, log_probs, self.t, bool(last[a])):
+                for beam, values in zip(beams, zip(*alive, strict=True), strict=True):
+                    beam[a] = values
+                going[a] = True
+            else:
+                self._done_now.append(sentence)
+
+    def _candidates(self, log_probs: FloatArray) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:
+        """Each sentence's 2K best continuations, best first (ties in partition order): the state
+        row each extends, its token and its cumulative log-prob, (A, 2K) each."""
+        K, A = self.K, len(self.active)
+        row_tokens, totals = row_candidates(log_probs, self.cum, 2 * K, A)  # (N, C), (A, K·C)
+        C = row_tokens.shape[1]
+        n_cand = min(2 * K, totals.shape[1])
+        top = np.argpartition(-totals, n_cand - 1, axis=1)[:, :n_cand]  # (A, 2K)
+        order = np.take_along_axis(
+            top, np.argsort(-np.take_along_axis(totals, top, axis=1), axis=1, kind="stable"), axis=1
+        )
+        rows = np.arange(A)[:, None] * K + order // C  # (A, 2K)
+        return rows, row_tokens[rows, order % C], np.take_along_axis(totals, order, axis=1)
 
     def drop(self, sentences: set[int]) -> IntArray | None:
         """Stop searching these sentences (their caller left); the state rows that go on (None: all).

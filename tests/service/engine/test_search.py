@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 import pytest
 
-from service.engine.beam import top_per_row
+from service.engine.beam import BeamDecode, top_per_row
 from service.engine.search import (
+    Cohort,
     Hypothesis,
     Scoring,
     beam_search,
@@ -305,3 +307,53 @@ def test_each_rows_best_tokens_are_found_whichever_way(rows: int, vocab: int) ->
     got = top_per_row(values, n)
     order = np.lexsort((np.broadcast_to(np.arange(vocab), values.shape), -values), axis=1)  # by value, then column
     np.testing.assert_array_equal(got, np.sort(order[:, :n], axis=1))
+
+
+class OneByOne(BeamDecode):
+    """The beam step as it reads: every sentence through `_advance`, one after another."""
+
+    def _beams(
+        self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, last: np.ndarray, log_probs: np.ndarray
+    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        K, A = self.K, len(self.active)
+        beams = (np.empty((A, K), np.int64), np.empty((A, K), np.int64), np.empty((A, K)))
+        going = np.zeros(A, bool)
+        self._one_by_one(np.arange(A), (rows, tokens, scores), last, log_probs, (beams, going))
+        return beams, going
+
+
+@pytest.mark.parametrize(
+    "scoring",
+    [Scoring(), Scoring(coverage=lambda a: coverage_penalty(a, 0.2)), Scoring(forced_eos=True),
+     Scoring(no_repeat_ngram=2), TRANSFORMERS],
+    ids=["plain", "coverage", "forced_eos", "no_repeat", "transformers"],
+)  # fmt: skip
+@pytest.mark.parametrize("n_best", [1, 3])
+def test_the_vectorised_beam_step_takes_what_one_by_one_takes(scoring: Scoring, n_best: int) -> None:
+    """Sentences none of whose best K candidates end are stepped all at once; every hypothesis,
+    score and attention row must be what the step sentence by sentence gives."""
+    max_lengths = np.array([3, 14, 7, 1, 12, 9, 5, 16])
+
+    calls = {BeamDecode: 0, OneByOne: 0}
+
+    def search(decode_class: type[BeamDecode]) -> list[list[Hypothesis]]:
+        class Counted(decode_class):  # type: ignore[valid-type, misc]
+            def _advance(self, *args: Any) -> Any:
+                calls[decode_class] += 1
+                return super()._advance(*args)
+
+        decode = Counted(max_lengths, BOS, EOS, 3, n_best, scoring)
+        return Cohort(ScriptedModel(seed=7), initial(len(max_lengths)), decode).run(len(max_lengths))
+
+    for ours, reference in zip(search(BeamDecode), search(OneByOne), strict=True):
+        assert len(ours) == len(reference)
+        for h, r in zip(ours, reference, strict=True):
+            assert (h.tokens, h.token_log_probs, h.score, h.finished) == (
+                r.tokens,
+                r.token_log_probs,
+                r.score,
+                r.finished,
+            )
+            np.testing.assert_array_equal(h.attention, r.attention)
+    if scoring.stopping != "transformers":  # both ways were taken
+        assert 0 < calls[BeamDecode] < calls[OneByOne]
