@@ -76,9 +76,11 @@ def code_trees(revs: set[str]) -> Iterator[dict[str, Path]]:
         try:
             for i, rev in enumerate(sorted(revs)):
                 trees[rev] = Path(tmp) / f"tree{i}"
-                subprocess.run(
-                    ["git", "worktree", "add", "--detach", str(trees[rev]), rev], check=True, capture_output=True
-                )
+                add = ["git", "worktree", "add", "--detach", str(trees[rev]), rev]
+                made = subprocess.run(add, check=False, capture_output=True, text=True)
+                if made.returncode:  # not a checkout, or no such revision: say git's reason
+                    del trees[rev]
+                    raise SystemExit(f"@{rev}: git worktree add failed: {made.stderr.strip()}")
             yield trees
         finally:
             for tree in trees.values():

@@ -5,8 +5,8 @@ decodes the body with the standard `json`, builds an endpoint context, solves th
 graph and validates the decoded dict in Python mode. For a handler `(body: Model, request)` the
 same answer is `Model.model_validate_json(bytes)`: the parse and the validation in Rust, with
 nothing else around it. At batch 1 the app runs with the caches a translation left cold, so what
-it touches is what it costs: its own time around a translation 384 -> 272 us, and 32 clients
-1.13x the requests a second (docs/benchmarks.md, "The JSON body parsed in one call"). The OpenAPI
+it touches is what it costs: its own time around a translation 384 -> 272 us (two runs), and 32
+clients 1.13x the requests a second (docs/benchmarks.md, "The JSON body parsed in one call"). The OpenAPI
 schema is the route's as declared; the errors are FastAPI's `RequestValidationError`s, located
 under `body`, so every answer is the same (tests/service/api/test_json_route.py).
 """

@@ -54,3 +54,12 @@ def test_each_server_gets_its_settings_or_code_and_every_figure_a_round(bundle_d
         rss = figures.pop("peak_rss_mb")
         assert rss["median"] > 0  # the server's own, read at the end
         assert all(len(f["rounds"]) == 2 and f["median"] > 0 for f in figures.values())
+
+
+@pytest.mark.skipif(not IN_GIT, reason="not a git checkout")
+def test_a_revision_git_cannot_check_out_is_named_with_gits_reason() -> None:
+    with (
+        pytest.raises(SystemExit, match=r"@no-such-rev: git worktree add failed: .*no-such-rev"),
+        code_trees({"no-such-rev"}),
+    ):
+        pass
