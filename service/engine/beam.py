@@ -44,6 +44,7 @@ class _Trace:
 
 
 _Candidate = tuple[int, int, float]  # (row, token, cumulative log-prob)
+Ranked = tuple[IntArray, IntArray, npt.NDArray[np.float64]]  # rows, tokens, cumulative log-probs: (A, n) each
 
 
 def row_candidates(
@@ -133,8 +134,7 @@ class BeamDecode:
         if self.scoring.forced_eos:
             log_probs = force_eos(log_probs, np.repeat(last, K), self.eos_id)
         self.trace.attention.append(attention)
-        rows, tokens, scores = self._candidates(log_probs)  # (A, 2K) each, best first
-        (alive_rows, alive_tokens, alive_scores), going = self._beams(rows, tokens, scores, last, log_probs)
+        (alive_rows, alive_tokens, alive_scores), going = self._beams(self._candidates(log_probs), last, log_probs)
         blocks = gap_filling(np.flatnonzero(going).tolist())
         self.active = [self.active[a] for a in blocks]
         if not self.active:  # no rows go on
@@ -152,39 +152,36 @@ class BeamDecode:
         return rows
 
     def _beams(
-        self,
-        rows: IntArray,
-        tokens: IntArray,
-        scores: npt.NDArray[np.float64],
-        last: npt.NDArray[np.bool_],
-        log_probs: FloatArray,
-    ) -> tuple[tuple[IntArray, IntArray, npt.NDArray[np.float64]], npt.NDArray[np.bool_]]:
+        self, ranked: Ranked, last: npt.NDArray[np.bool_], log_probs: FloatArray
+    ) -> tuple[Ranked, npt.NDArray[np.bool_]]:
         """Each sentence's K beams (row, token, score: (A, K) each) from its ranked candidates ((A, 2K)
         each), and whether it goes on (A,); finished hypotheses are recorded, done sentences noted."""
         K, A = self.K, len(self.active)
+        _, tokens, scores = ranked
         beams = (np.empty((A, K), np.int64), np.empty((A, K), np.int64), np.empty((A, K)))
         # the common case, decided for all sentences at once: none of a sentence's K best ends or is
-        # impossible, so they are its beams and nothing finishes (what _advance finds, one by one)
+        # impossible, so they are its beams and nothing finishes (what _advance finds, one by one).
+        # transformers' rule may also stop a sentence no beam of which ends: it always goes one by one
         plain = ~last & (tokens[:, :K] != self.eos_id).all(axis=1) & (scores[:, :K] > -np.inf).all(axis=1)
-        if self.scoring.stopping == "transformers":  # it may also stop a sentence no beam of which ends
-            plain[:] = False
-        for beam, ranked in zip(beams, (rows, tokens, scores), strict=True):
-            beam[plain] = ranked[plain, :K]
+        plain &= self.scoring.stopping != "transformers"
+        for beam, chosen in zip(beams, ranked, strict=True):
+            beam[plain] = chosen[plain, :K]
         going = plain.copy()
-        self._one_by_one(np.flatnonzero(~plain), (rows, tokens, scores), last, log_probs, (beams, going))
+        self._one_by_one(np.flatnonzero(~plain), ranked, last, log_probs, beams, going)
         return beams, going
 
     def _one_by_one(
         self,
         places: IntArray,
-        ranked: tuple[IntArray, IntArray, npt.NDArray[np.float64]],
+        ranked: Ranked,
         last: npt.NDArray[np.bool_],
         log_probs: FloatArray,
-        out: tuple[tuple[IntArray, IntArray, npt.NDArray[np.float64]], npt.NDArray[np.bool_]],
+        beams: Ranked,
+        going: npt.NDArray[np.bool_],
     ) -> None:
         """The step as it reads, for the sentences at `places`: each one's candidates through
-        `_advance`, its beams and whether it goes on written into `out`."""
-        (beams, going), (rows, tokens, scores) = out, ranked
+        `_advance`, its beams written into `beams` and whether it goes on into `going`."""
+        rows, tokens, scores = ranked
         for a in places:
             sentence = self.active[a]
             candidates = list(zip(rows[a].tolist(), tokens[a].tolist(), scores[a].tolist(), strict=True))
@@ -195,7 +192,7 @@ class BeamDecode:
             else:
                 self._done_now.append(sentence)
 
-    def _candidates(self, log_probs: FloatArray) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:
+    def _candidates(self, log_probs: FloatArray) -> Ranked:
         """Each sentence's 2K best continuations, best first (ties in partition order): the state
         row each extends, its token and its cumulative log-prob, (A, 2K) each."""
         K, A = self.K, len(self.active)

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
-from onnxruntime.capi.onnxruntime_pybind11_state import set_global_thread_pool_sizes
 
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
 from service.engine.manifest import (
@@ -151,7 +150,7 @@ def shared_thread_pool(config: SessionConfig) -> None:
         return
     with _pool_lock:
         if not _pool_sizes:
-            set_global_thread_pool_sizes(*sizes)
+            ort.set_global_thread_pool_sizes(*sizes)
             _pool_sizes.append(sizes)
     if _pool_sizes[0] != sizes:
         raise ValueError(f"this process's shared thread pool is {_pool_sizes[0]} (intra, inter), not {sizes}")

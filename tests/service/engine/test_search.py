@@ -313,12 +313,12 @@ class OneByOne(BeamDecode):
     """The beam step as it reads: every sentence through `_advance`, one after another."""
 
     def _beams(
-        self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, last: np.ndarray, log_probs: np.ndarray
+        self, ranked: tuple[np.ndarray, np.ndarray, np.ndarray], last: np.ndarray, log_probs: np.ndarray
     ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         K, A = self.K, len(self.active)
         beams = (np.empty((A, K), np.int64), np.empty((A, K), np.int64), np.empty((A, K)))
         going = np.zeros(A, bool)
-        self._one_by_one(np.arange(A), (rows, tokens, scores), last, log_probs, (beams, going))
+        self._one_by_one(np.arange(A), ranked, last, log_probs, beams, going)
         return beams, going
 
 
