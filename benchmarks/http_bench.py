@@ -147,9 +147,13 @@ class Engine:
 
 
 class Server:
-    def __init__(self, bundle: Path, log: Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, bundle: Path, log: Path | None = None, env: dict[str, str] | None = None, log_pipe: bool = False
+    ) -> None:
         """`log`: where the server's JSON log lines go (one per request, with its duration); `env`:
-        settings of this server's own (MT_* variables)."""
+        settings of this server's own (MT_* variables); `log_pipe` (without `log`): the lines go into
+        a pipe that another process reads and drops, as a container runtime reads a container's
+        stderr (a write into a pipe costs the server more than one into /dev/null or a file)."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -159,10 +163,15 @@ class Server:
         if workers > 1 and log is None:  # readiness is per worker: their log lines say when all are
             log = Path(tempfile.mkstemp(prefix="bench-serve-", suffix=".log")[1])
         self.log = log
-        with open(log or os.devnull, "wb") as stderr:  # the child keeps its own copy of the handle
+        self.reader: subprocess.Popen[bytes] | None = None
+        with open(log or os.devnull, "wb") as sink:  # the child keeps its own copy of the handle
+            stderr = subprocess.PIPE if log_pipe and log is None else sink
             self.proc = subprocess.Popen(
                 [str(script), "serve", "--port", str(self.port)], env=env, stdout=subprocess.DEVNULL, stderr=stderr
             )
+        if self.proc.stderr is not None:
+            self.reader = subprocess.Popen(["cat"], stdin=self.proc.stderr, stdout=subprocess.DEVNULL)
+            self.proc.stderr.close()  # the reader holds the pipe now
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -182,6 +191,8 @@ class Server:
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=60)
+        if self.reader is not None:
+            self.reader.wait(timeout=60)  # the pipe closed with the server
 
 
 class Client:

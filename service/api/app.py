@@ -23,6 +23,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from service.api import errors, libretranslate
+from service.api.access_log import AccessLog, LoggedAccess
 from service.api.auth import ApiKeyAuth, KeyRing
 from service.api.docs import install_docs
 from service.api.metrics import Metrics
@@ -130,6 +131,7 @@ def fail_startup(app: FastAPI, exc: Exception) -> None:
     else:  # a bug or an environment fault: keep the traceback
         log.error("model load failed: %s: %s", type(exc).__name__, exc, exc_info=exc, extra={"event": "load_failed"})
     if app.state.exit_on_load_failure:
+        app.state.access_log.flush()  # the requests answered 503 while loading
         logging.shutdown()  # flush the line above: os._exit skips every handler
         os._exit(LOAD_FAILURE_EXIT_CODE)  # fail fast; an orchestrator restarts or alerts
 
@@ -174,10 +176,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(
-    settings: Settings, exit_on_load_failure: bool = False, on_ready: Callable[[], None] | None = None
+    settings: Settings,
+    exit_on_load_failure: bool = False,
+    on_ready: Callable[[], None] | None = None,
+    access_log: AccessLog | None = None,
 ) -> FastAPI:
     """`exit_on_load_failure`: the process is the server's (`attention-mt serve`); `on_ready`: called
-    once, after the models are loaded and warmed up, before /readyz turns 200."""
+    once, after the models are loaded and warmed up, before /readyz turns 200; `access_log`: where
+    each request's line goes (default: Python's logging)."""
     docs = settings.docs
     app = FastAPI(
         title="attention-mt",
@@ -197,6 +203,7 @@ def create_app(
     app.state.load_error = None
     app.state.exit_on_load_failure = exit_on_load_failure
     app.state.on_ready = on_ready
+    app.state.access_log = access_log or LoggedAccess()
     errors.install(app)
     app.include_router(bodies)  # first: the routes every request of the load takes
     app.include_router(router)
@@ -216,5 +223,5 @@ def create_app(
         )
     app.add_middleware(HeaderLimit, max_bytes=settings.max_header_bytes)
     app.add_middleware(SecurityHeaders)  # on every answer, refusals included
-    app.add_middleware(RequestContext, metrics=app.state.metrics)
+    app.add_middleware(RequestContext, metrics=app.state.metrics, access=app.state.access_log)
     return app

@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.access_log import AccessLog
 from service.api.metrics import Metrics
 
-log = logging.getLogger("attention_mt.access")
 SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 KNOWN_ROUTES = {"/v1/translate", "/v1/attention", "/v1/models", "/livez", "/readyz", "/metrics", "/"}
 
@@ -85,20 +85,40 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class RequestIds:
+    """New request ids: a random prefix of the process (renewed in a forked child) and a count.
+    uuid4 read the kernel's random source for every request, a system call that lets go of the
+    interpreter lock, which the event loop then waits to get back under load; an id need only be
+    unique, not secret."""
+
+    def __init__(self) -> None:
+        self._renew()
+        os.register_at_fork(after_in_child=self._renew)
+
+    def _renew(self) -> None:
+        self._prefix, self._count = os.urandom(8).hex(), itertools.count()
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._count):016x}"  # 32 hex digits, as uuid4().hex
+
+
+REQUEST_IDS = RequestIds()  # one a process: ids never repeat across the apps it builds
+
+
 class RequestContext:
     """A request id for every request (the client's X-Request-ID if sane, else a new one), echoed in
     the response, counted in metrics by route and status, and logged as one JSON line that never
     holds the request's text or keys."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
+    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog) -> None:
+        self.app, self.metrics, self.access = app, metrics, access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if SAFE_ID.fullmatch(given) else uuid.uuid4().hex
+        request_id = given if SAFE_ID.fullmatch(given) else REQUEST_IDS.next()
         scope.setdefault("state", {})["request_id"] = request_id
         path = scope["path"]
         route = "/v1/models/{name}" if path.startswith("/v1/models/") else path if path in KNOWN_ROUTES else "other"
@@ -117,14 +137,13 @@ class RequestContext:
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
             self.metrics.after_request()
-            log.info(
-                "request",
-                extra={
+            self.access.request(
+                {
                     "event": "request",
                     "request_id": request_id,
                     "method": scope["method"],
                     "route": route,
                     "status": status["code"],
                     "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                },
+                }
             )

@@ -38,13 +38,19 @@ def test_each_server_gets_its_settings_or_code_and_every_figure_a_round(bundle_d
     code = variant("@HEAD,MT_JOIN_DELAY_MS=0")
     with code_trees({"HEAD"}) as trees:
         assert (trees["HEAD"] / "service" / "api" / "app.py").is_file()
-        servers = {"no delay, HEAD": Server(bundle, env=server_env(code, trees)), "defaults": Server(bundle)}
+        # the second server's log lines go into a pipe another process drains (settings_ab --logs pipe)
+        servers = {
+            "no delay, HEAD": Server(bundle, env=server_env(code, trees)),
+            "defaults": Server(bundle, log_pipe=True),
+        }
         try:
             results = asyncio.run(measure(servers, bundle, rounds=2, seconds=1.2))
         finally:
             for server in servers.values():
                 server.stop()
     assert not trees["HEAD"].exists()  # the worktree goes with the run
+    reader = servers["defaults"].reader
+    assert reader is not None and reader.returncode == 0  # it read to the end: the pipe closed with the server
     for figures in results.values():
         assert set(figures) == {
             "one_client_p50_ms", "rps_32", "rps_16_beam4", "two_clients_p50_ms", "two_clients_p99_ms",
