@@ -56,14 +56,16 @@ def run_service(settings: Settings, graceful_timeout: int, sockets: list[socket.
     from service.api.logs import configure_logging
 
     log_config = configure_logging()
+    access = AccessLines(sys.stderr.buffer)  # not through logging: 32 clients got 1.07x the throughput
     app = create_app(
         settings,
         exit_on_load_failure=True,
         on_ready=lambda: tune_gc(settings.gc_freeze, settings.gc_thresholds),
-        access_log=AccessLines(sys.stderr.buffer),  # batched: one write a line cost 11% under load
+        access_log=access,
     )
     config = uvicorn_config(app, settings, graceful_timeout, log_config)
     DrainingServer(config, app, settings.drain_settle_s).run(sockets=sockets)
+    access.close()  # here, not only at exit: a worker process ends with os._exit, which skips atexit
     return SCHEDULER_FAILURE_EXIT_CODE if app.state.fatal else 0  # a broken scheduler drained; say so
 
 

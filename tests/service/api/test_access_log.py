@@ -1,9 +1,10 @@
 """The request's access line (service/api/access_log.py). `AccessLines`, which `serve` uses: the
 same fields as a line through logging; every line written, in order, whole, in writes no larger
 than a pipe writes atomically; within the flush interval, and all of them when closed; a broken
-stream never fails a request; off while the access logger is off for INFO. Over a real server: the
-lines of a run are all on stderr, and a request id is new for every request. Waits are on events,
-joins and process exits, never on sleeps."""
+stream never fails a request; off while the access logger is off for INFO; a process's lines are
+all on stderr when it exits (over real servers: test_reliability's log test, and test_workers, which
+counts every request's line of two workers after a drain). Request ids are new every time. Waits are
+on events, joins and process exits, never on sleeps."""
 
 from __future__ import annotations
 
