@@ -20,6 +20,8 @@ from typing import Any, BinaryIO, Protocol
 
 import orjson
 
+from service.api.logs import SECONDS_FORMAT
+
 LOGGER = "attention_mt.access"
 PIPE_BUF = 4096  # a pipe's writes up to this size are atomic: two workers' lines never interleave
 FLUSH_EVERY_S = 0.1  # the longest a line waits to be written
@@ -90,7 +92,7 @@ class AccessLines:
         second, stamp = self._clock
         if int(now) != second:
             second = int(now)
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            stamp = time.strftime(SECONDS_FORMAT, time.gmtime(second))
             self._clock = (second, stamp)
         return f"{stamp}.{int((now - second) * 1000):03d}Z"
 

@@ -11,13 +11,14 @@ import time
 from typing import Any
 
 FIELDS = ("event", "request_id", "method", "route", "status", "duration_ms")
+SECONDS_FORMAT = "%Y-%m-%dT%H:%M:%S"  # a line's "ts" to the second, UTC; milliseconds and "Z" follow
 _ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps builds one per call for non-default options
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": time.strftime(SECONDS_FORMAT, time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
