@@ -7,7 +7,9 @@
 2. the engine's offline throughput (length-sorted batches of 32, no server): the ceiling, against
    32 concurrent clients (greedy);
 3. throughput with 1 and 16 concurrent clients (greedy), and 1 and 16 at beam 4;
-4. a short sentence's latency alone, and while 32 clients keep the server busy (p50, p99).
+4. a short sentence's latency alone, and while 32 clients keep the server busy (p50, p99);
+5. where the server's CPU goes under 32 clients: milliseconds of CPU a request in its event loop
+   (the main thread) and in its other threads (the inference thread, above all), from /proc.
 
 1 is also taken request by request (engine, then HTTP, for each text), with the server's own
 log giving each request's time inside the app: that splits the overhead into socket + uvicorn
@@ -188,11 +190,58 @@ class Server:
             return 1
         return self.log.read_text(encoding="utf-8", errors="replace").count('"event": "ready"')
 
+    def pids(self) -> list[int]:
+        """The server's processes: `serve` and, under MT_WORKERS > 1, its workers."""
+        return [self.proc.pid, *children(self.proc.pid)]
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=60)
         if self.reader is not None:
             self.reader.wait(timeout=60)  # the pipe closed with the server
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux's /proc; none elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def thread_cpu(pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far of the processes' main threads (uvicorn's event loop) and of all their
+    other threads (the inference thread, onnxruntime's, the log's timer); empty where /proc is not.
+    A thread that ends between two readings takes its time with them: the server's threads live as
+    long as it does."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out = {"event_loop": 0.0, "other_threads": 0.0}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return {}
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            seconds = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+            out["event_loop" if tid == str(pid) else "other_threads"] += seconds
+    return out
+
+
+async def server_cpu_per_request(server: Server, bodies: list[bytes], clients: int, seconds: float) -> dict[str, Any]:
+    """Where the server's CPU goes under load: milliseconds a request in its event loops and in its
+    other threads, with the requests a second and the client's own CPU seconds."""
+    pids = server.pids()
+    before, cpu = thread_cpu(pids), time.process_time()
+    times = await closed_loop(server.port, bodies, clients, seconds)
+    after, client = thread_cpu(pids), time.process_time() - cpu
+    ms = {k: (after[k] - before[k]) * 1000 / max(1, len(times)) for k in after if k in before}
+    return {"clients": clients, "rps": len(times) / seconds, "client_cpu_s": client, "server_cpu_ms_per_request": ms}
 
 
 class Client:
@@ -351,8 +400,8 @@ async def interleaved(port: int, engine: Engine, texts: list[str], seconds: floa
     return runs
 
 
-async def over_http(port: int, texts: list[str], model: str, short: str, seconds: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+async def over_http(server: Server, texts: list[str], model: str, short: str, seconds: float) -> dict[str, Any]:
+    port, out = server.port, dict[str, Any]()
     greedy = [body_of(t, model, 1) for t in texts]
     beam4 = [body_of(t, model, 4) for t in texts]
     for clients in (1, 16, 32):
@@ -364,6 +413,7 @@ async def over_http(port: int, texts: list[str], model: str, short: str, seconds
     busy = await probe_under_load(port, probe, greedy, 32, seconds)
     out |= {"short_p50_alone_ms": pct(alone, 0.5), "short_p50_loaded_ms": pct(busy, 0.5)}
     out |= {"short_p99_loaded_ms": pct(busy, 0.99), "short_probes_loaded": len(busy)}
+    out["cpu_split_32"] = await server_cpu_per_request(server, greedy, 32, seconds)
     return out
 
 
@@ -382,7 +432,7 @@ async def measure(server: Server, args: argparse.Namespace, texts: list[str], sh
     r: dict[str, Any] = {"rounds": runs, "batch1_paired": split}
     overhead = [h / e - 1 for h, e in zip(runs["http_ms"], runs["engine_ms"], strict=True)]
     ceiling = [c / o for c, o in zip(runs["rps_32"], runs["offline_rps"], strict=True)]
-    r |= await over_http(server.port, texts, engine.name, short, args.seconds)
+    r |= await over_http(server, texts, engine.name, short, args.seconds)
     r["targets"] = {
         "http_overhead (<= 0.15)": spread(overhead),
         "http_overhead, request by request (<= 0.15)": split["overhead_per_pair"],
