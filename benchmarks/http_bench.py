@@ -401,7 +401,8 @@ async def interleaved(port: int, engine: Engine, texts: list[str], seconds: floa
 
 
 async def over_http(server: Server, texts: list[str], model: str, short: str, seconds: float) -> dict[str, Any]:
-    port, out = server.port, dict[str, Any]()
+    port = server.port
+    out: dict[str, Any] = {}
     greedy = [body_of(t, model, 1) for t in texts]
     beam4 = [body_of(t, model, 4) for t in texts]
     for clients in (1, 16, 32):
