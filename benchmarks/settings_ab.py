@@ -37,6 +37,7 @@ from benchmarks.http_bench import (
     SHORT,
     Server,
     body_of,
+    children,
     closed_loop,
     load,
     long_sentences,
@@ -154,11 +155,10 @@ def peak_rss_mb(pid: int) -> float:
     workers), added up; 0 where /proc has none."""
     try:
         lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return 0.0
     own = next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmHWM:")), 0.0)
-    return own + sum(peak_rss_mb(int(child)) for child in children)
+    return own + sum(peak_rss_mb(child) for child in children(pid))
 
 
 def main() -> None:
