@@ -62,23 +62,25 @@ def row_candidates(
 
 
 GROUP = 64  # columns per group when looking for a row's best tokens
-MIN_GROUPS, MIN_ROWS = 256, 32  # a small vocabulary (V < 16,384) gains only from 32 rows up
 
 
 def top_per_row(values: FloatArray, n: int) -> IntArray:
     """The columns of each row's n largest values (N, n), ascending by column.
 
-    For a large vocabulary the columns are split into groups of GROUP (group g: columns g, g + G,
-    g + 2G, ...). A row's n largest lie in the n groups with the largest maxima (every other
-    group's maximum is below them), so the row is read once for group maxima and only n·GROUP
-    values are partitioned. Against argpartition over the row (n = 8, medians of interleaved
-    rounds): V = 65,001, 3.1x at 4 rows, 5.6x at 32, 6.5x at 128; V = 6,000, 0.6x at 4 rows, 1.1x
-    at 32, 1.3x at 128, so a small vocabulary with few rows takes argpartition. Which of equal values
-    at the boundary is chosen is arbitrary, as argpartition's; the columns come back ascending, so
-    the caller's order does not depend on the method."""
+    The columns are split into groups of GROUP (group g: columns g, g + G, g + 2G, ...). A row's n
+    largest lie in the n groups with the largest maxima (every other group's maximum is below them),
+    so the row is read once for group maxima and only n·GROUP values are partitioned. Every row
+    count takes this path (a vocabulary under 2n groups takes argpartition): argpartition over whole
+    rows costs what numpy's selection kernel costs on the CPU at hand. On 2026-12-04 it was the
+    faster at 4 rows × 6,000 (the group search 0.6x); with numpy 2.4 on an AMD EPYC (Zen 4) it took
+    260 us at 4 × 8,000 against the group search's 57, 68 against 31 for one row, and beam 4 × 1
+    translations took 1.15-1.30x the time (docs/benchmarks.md). At V = 65,001 the group search was
+    faster in every measurement (3.1-6.5x then, 14-18x here). One path for every row count also keeps
+    the choice among equal values at the boundary (arbitrary, as argpartition's) from depending on
+    the batch. The columns come back ascending, so the caller's order does not depend on the method."""
     N, V = values.shape
     G = V // GROUP
-    if 2 * n > G or (G < MIN_GROUPS and N < MIN_ROWS):
+    if 2 * n > G:
         return np.sort(np.argpartition(values, V - n, axis=1)[:, V - n :], axis=1)
     values = np.ascontiguousarray(values)
     grouped = as_strided(values, (N, GROUP, G), (values.strides[0], G * values.itemsize, values.itemsize))

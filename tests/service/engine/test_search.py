@@ -296,7 +296,7 @@ def test_repetition_penalty_makes_written_tokens_less_likely() -> None:
 
 @pytest.mark.parametrize(("rows", "vocab"), [(4, 6000), (40, 6000), (3, 65001), (2, 10)])
 def test_each_rows_best_tokens_are_found_whichever_way(rows: int, vocab: int) -> None:
-    """top_per_row's group search (large vocabularies, many rows) and its argpartition agree with a
+    """top_per_row's group search and its argpartition (a vocabulary under 2n groups) agree with a
     full sort, -inf (suppressed tokens) and equal values among the best included; the columns come
     back ascending."""
     rng = np.random.default_rng(rows)
