@@ -70,13 +70,20 @@ def tokens_per_second(result: Result) -> float:
     return result.generated / result.seconds
 
 
-def pick_best(workers: list[Worker], job: Job) -> Worker:
-    """Warm each setting up, time it once, keep the fastest."""
-    timed = []
+def pick_best(workers: list[Worker], job: Job, trials: int = 3) -> Worker:
+    """Warm each setting up, time them in `trials` interleaved rounds, keep the fastest median. One
+    timing each picked a setting that its cell's rounds then measured at half the speed of another
+    (2026-12-06: our int8 beam 4 x 1 took two threads, 0.38-0.43 of CTranslate2 in 8 of 9 rounds,
+    where one thread took 17.2 ms a sentence and two 24.2 in runs one after the other)."""
     for worker in workers:
         worker.run(job)  # warm-up: allocators, caches, lazy initialisation
-        timed.append((tokens_per_second(worker.run(job)), worker))
-    return max(timed, key=lambda t: t[0])[1]
+    timed: dict[int, list[float]] = {i: [] for i in range(len(workers))}
+    for r in range(trials):
+        order = list(range(len(workers)))
+        for i in order if r % 2 == 0 else order[::-1]:
+            timed[i].append(tokens_per_second(workers[i].run(job)))
+    best = max(timed, key=lambda i: statistics.median(timed[i]))
+    return workers[best]
 
 
 def interleaved(chosen: dict[str, Worker], job: Job, rounds: int) -> dict[str, list[Result]]:
