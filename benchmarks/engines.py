@@ -100,20 +100,21 @@ def _split(src_ids: list[list[int]], parts: int) -> list[list[list[int]]]:
     return [src_ids[i : i + size] for i in range(0, len(src_ids), size)]
 
 
-def _parallel(workers: list[Any], src_ids: list[list[int]], call: Any) -> list[list[int]]:
-    """Split a batch across single-thread engines run on threads (their runtimes release the GIL)."""
-    chunks = _split(src_ids, len(workers))
+def _parallel(threads: int, src_ids: list[list[int]], call: Any) -> list[list[int]]:
+    """Split a batch across `threads` threads, each calling `call` on its part (the runtime lets go
+    of the GIL); the results in input order."""
+    chunks = _split(src_ids, threads)
     if len(chunks) == 1:
-        return list(call(workers[0], chunks[0]))
+        return list(call(chunks[0]))
     results: list[list[list[int]]] = [[] for _ in chunks]
 
     def run(i: int) -> None:
-        results[i] = call(workers[i], chunks[i])
+        results[i] = call(chunks[i])
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(chunks))]
-    for t in threads:
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(len(chunks))]
+    for t in workers:
         t.start()
-    for t in threads:
+    for t in workers:
         t.join()
     return [ids for chunk in results for ids in chunk]
 
@@ -134,17 +135,18 @@ class OrtEngine:
         # of the weights, as CTranslate2's inter_threads do. Two sessions ran as fast and held two
         # copies (OPUS-MT size, beam 4 x 32, fp32: 1.94-2.03 against 1.95-1.96 s a batch, peak RSS
         # 702-712 against 1,044-1,072 MB; int8 0.92-0.98 against 0.91-0.92 s, 441-443 against 555-557)
-        self.models = [OnnxSeq2Seq(bundle, config)] * spec.inter_threads
+        self.model, self.threads = OnnxSeq2Seq(bundle, config), spec.inter_threads
         self.bos, self.eos = bundle.manifest.special_ids.bos, bundle.manifest.special_ids.eos
 
     def translate(self, src_ids: list[list[int]], beam: int, fixed: int | None, max_target: int) -> list[list[int]]:
         from service.engine.translator import pad_ids  # noqa: PLC0415
 
-        def one(model: Any, chunk: list[list[int]]) -> list[list[int]]:
+        def one(chunk: list[list[int]]) -> list[list[int]]:
             ids, mask = pad_ids(chunk)  # (B, S)
-            return _search(model, model.encode(ids, mask), chunk, beam, fixed, max_target, self.bos, self.eos)
+            state = self.model.encode(ids, mask)
+            return _search(self.model, state, chunk, beam, fixed, max_target, self.bos, self.eos)
 
-        return _parallel(self.models, src_ids, one)
+        return _parallel(self.threads, src_ids, one)
 
 
 class TorchEngine:

@@ -71,13 +71,11 @@ def top_per_row(values: FloatArray, n: int) -> IntArray:
     largest lie in the n groups with the largest maxima (every other group's maximum is below them),
     so the row is read once for group maxima and only n·GROUP values are partitioned. Every row
     count takes this path (a vocabulary under 2n groups takes argpartition): argpartition over whole
-    rows costs what numpy's selection kernel costs on the CPU at hand. On 2026-12-04 it was the
-    faster at 4 rows × 6,000 (the group search 0.6x); with numpy 2.4 on an AMD EPYC (Zen 4) it took
-    260 us at 4 × 8,000 against the group search's 57, 68 against 31 for one row, and beam 4 × 1
-    translations took 1.15-1.30x the time (docs/benchmarks.md). At V = 65,001 the group search was
-    faster in every measurement (3.1-6.5x then, 14-18x here). One path for every row count also keeps
-    the choice among equal values at the boundary (arbitrary, as argpartition's) from depending on
-    the batch. The columns come back ascending, so the caller's order does not depend on the method."""
+    rows costs what numpy's selection kernel costs on the CPU at hand (4.5x the group search at 4
+    rows × 8,000 on an AMD EPYC, 0.6x on another machine; docs/benchmarks.md), and one path for every
+    row count keeps the choice among equal values at the boundary (arbitrary, as argpartition's) from
+    depending on the batch. The columns come back ascending, so the caller's order does not depend
+    on the method."""
     N, V = values.shape
     G = V // GROUP
     if 2 * n > G:
