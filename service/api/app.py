@@ -25,6 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from service.api import errors, libretranslate
 from service.api.access_log import AccessLog, LoggedAccess
 from service.api.auth import ApiKeyAuth, KeyRing
+from service.api.direct import DirectRoutes
 from service.api.docs import install_docs
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestContext
@@ -211,6 +212,7 @@ def create_app(
     if docs:
         install_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(DirectRoutes, routes=bodies.routes)  # innermost: past the edge's checks, the JSON routes
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.keyring = KeyRing(settings.api_keys, settings.rate_limit_per_minute)
     app.add_middleware(ApiKeyAuth, ring=app.state.keyring)
