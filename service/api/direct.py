@@ -10,7 +10,8 @@ the caches cold, so the code a request passes through is what it costs: this sho
 side by side, docs/benchmarks.md).
 
 The routes stay FastAPI's (their OpenAPI schema, and the path any other method takes); only the
-way in is shorter. Errors go to the app's own exception handlers, chosen as Starlette's exception
+way in is shorter. Where FastAPI's OpenTelemetry tracing is on, requests take the router, which
+records the route on the request's span. Errors go to the app's own exception handlers, chosen as Starlette's exception
 middleware chooses them, and anything without one goes on to Starlette's server-error handler, as
 before (tests/service/api/test_direct.py compares answers both ways).
 """
@@ -45,7 +46,9 @@ class DirectRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.handlers.get((scope["method"], route_path(scope))) if scope["type"] == "http" else None
-        if handler is None:
+        if (
+            handler is None or scope.get("fastapi.telemetry") is not None
+        ):  # a traced request: the router names its route
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
