@@ -212,7 +212,7 @@ def create_app(
     if docs:
         install_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(DirectRoutes, routes=bodies.routes)  # innermost: past the edge's checks, the JSON routes
+    app.add_middleware(DirectRoutes, routes=bodies.routes)  # innermost: the JSON body routes, past the edge's checks
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.keyring = KeyRing(settings.api_keys, settings.rate_limit_per_minute)
     app.add_middleware(ApiKeyAuth, ring=app.state.keyring)

@@ -5,15 +5,15 @@ exception middleware, an exit stack for dependencies, the router's match over ev
 route's own request/response wrapper. For the routes whose body is one JSON model (`JsonBodyRoute`:
 /v1/translate, /v1/attention, /v1/attention/svg) none of that does anything: they have no
 dependencies, match one method and path, and parse their own body. At batch 1 a translation leaves
-the caches cold, so the code a request passes through is what it costs: this shortcut took
-0.12-0.28 ms off a /v1/translate over HTTP (paired requests against the full stack, two servers
+the caches cold, so every layer a request passes through costs about three times its warm time:
+this shortcut took 0.09-0.17 ms of the event loop's CPU off a batch-1 /v1/translate (two servers
 side by side, docs/benchmarks.md).
 
 The routes stay FastAPI's (their OpenAPI schema, and the path any other method takes); only the
-way in is shorter. Where FastAPI's OpenTelemetry tracing is on, requests take the router, which
-records the route on the request's span. Errors go to the app's own exception handlers, chosen as Starlette's exception
+way in is shorter. Errors go to the app's own exception handlers, chosen as Starlette's exception
 middleware chooses them, and anything without one goes on to Starlette's server-error handler, as
-before (tests/service/api/test_direct.py compares answers both ways).
+before (tests/service/api/test_direct.py compares answers both ways). Where FastAPI's OpenTelemetry
+tracing is on, requests take the router, which records the route on the request's span.
 """
 
 from __future__ import annotations
@@ -46,9 +46,8 @@ class DirectRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.handlers.get((scope["method"], route_path(scope))) if scope["type"] == "http" else None
-        if (
-            handler is None or scope.get("fastapi.telemetry") is not None
-        ):  # a traced request: the router names its route
+        traced = scope.get("fastapi.telemetry") is not None  # the router names the route on the span
+        if handler is None or traced:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)

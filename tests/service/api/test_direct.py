@@ -93,16 +93,20 @@ def test_the_shortcut_takes_the_json_body_routes(clients: tuple[TestClient, Test
         ("POST", "/v1/translate"),
     ]
     taken: list[str] = []
-    for key, handler in list(shortcut.handlers.items()):
+    kept = dict(shortcut.handlers)
+    for key, handler in kept.items():
 
         async def counted(request: Any, handler: Any = handler, path: str = key[1]) -> Any:
             taken.append(path)
             return await handler(request)
 
         shortcut.handlers[key] = counted
-    for method, path, body in REQUESTS:
-        answer(direct, method, path, body, "counted")
-    assert taken == [p for m, p, _ in REQUESTS if (m, p) in shortcut.handlers]  # only those, every time
+    try:
+        for method, path, body in REQUESTS:
+            answer(direct, method, path, body, "counted")
+    finally:
+        shortcut.handlers.update(kept)
+    assert taken == [p for m, p, _ in REQUESTS if (m, p) in kept]  # only those, every time
 
 
 def test_a_fault_answers_500_with_the_request_id_either_way(
