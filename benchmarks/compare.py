@@ -77,9 +77,9 @@ def pick_best(workers: list[Worker], job: Job, trials: int = 3) -> Worker:
     where one thread took 17.2 ms a sentence and two 24.2 in runs one after the other)."""
     for worker in workers:
         worker.run(job)  # warm-up: allocators, caches, lazy initialisation
-    timed = interleaved({str(i): w for i, w in enumerate(workers)}, job, trials)
-    best = max(timed, key=lambda i: statistics.median(tokens_per_second(r) for r in timed[i]))
-    return workers[int(best)]
+    candidates = {str(i): w for i, w in enumerate(workers)}
+    timed = interleaved(candidates, job, trials)
+    return candidates[max(timed, key=lambda i: statistics.median(tokens_per_second(r) for r in timed[i]))]
 
 
 def interleaved(chosen: dict[str, Worker], job: Job, rounds: int) -> dict[str, list[Result]]:

@@ -26,9 +26,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.json_route import JsonBodyRoute
+from service.api.json_route import Handler, JsonBodyRoute
 
-Handler = Callable[[Request], Awaitable[Response]]
 ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
