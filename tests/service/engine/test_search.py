@@ -309,6 +309,35 @@ def test_each_rows_best_tokens_are_found_whichever_way(rows: int, vocab: int) ->
     np.testing.assert_array_equal(got, np.sort(order[:, :n], axis=1))
 
 
+@pytest.mark.parametrize("vocab", [6000, 10])
+def test_equal_values_at_the_boundary_go_to_the_lower_columns_whatever_the_batch(vocab: int) -> None:
+    """A row's choice among equal values at the n-th place is its lowest columns, alone or beside
+    other rows: batch invariance needs a rule, not whatever a partition leaves."""
+    rng = np.random.default_rng(1)
+    row = rng.standard_normal(vocab).astype(np.float32)
+    tied = rng.choice(vocab, 6, replace=False)
+    row[tied] = row.max() + 1  # six equal best values for n = 4
+    others = rng.standard_normal((5, vocab)).astype(np.float32)
+    alone = top_per_row(row[None], 4)
+    batched = top_per_row(np.vstack([others[:2], row, others[2:]]), 4)[2:3]
+    want = np.sort(tied)[:4][None]
+    if vocab > 2 * 4 * 64:  # the group search; argpartition's choice among equals is its own
+        np.testing.assert_array_equal(alone, want)
+    np.testing.assert_array_equal(batched, alone)
+
+
+def test_rows_with_nan_or_none_take_the_partition() -> None:
+    """A row short of n values at its floor (NaN compares false) is answered as argpartition
+    answers it, not with another row's columns; no rows, no columns."""
+    rng = np.random.default_rng(2)
+    values = rng.standard_normal((3, 6000)).astype(np.float32)
+    values[1, :5990] = np.nan
+    got = top_per_row(values, 8)
+    assert got.shape == (3, 8) and (got >= 0).all() and (got < 6000).all()
+    np.testing.assert_array_equal(got[0], np.sort(np.argsort(-values[0], kind="stable")[:8]))
+    assert top_per_row(np.zeros((0, 6000), np.float32), 8).shape == (0, 8)
+
+
 class OneByOne(BeamDecode):
     """The beam step as it reads: every sentence through `_advance`, one after another."""
 
