@@ -8,9 +8,14 @@ Two things made a row's result depend on the other rows of its batch:
    row with its own scale. The int8 weights times their scales are the model's weights, so the
    rewrite keeps them exactly (same values, same file size); only the activation side changes.
 2. Sums over the source axis, which batching pads with zeros, were not always added in the same
-   order: onnxruntime's one-row MatMul kernel (a decoder step's cross-attention) rounds a sum over
-   K differently when K % 4 == 3 than the same sum followed by zeros, and ReduceSum's order depends
-   on the length. `make_padding_invariant` makes both add in order (fp32 graphs too).
+   order. ReduceSum's order depends on the length: `make_padding_invariant` turns such sums into
+   MatMuls, which add in order (fp32 graphs too). onnxruntime's one-row MatMul kernels (a decoder
+   step's attention over the source and over the cache's slots) sum by where a value falls in
+   blocks of 4, so a row alone and the same row in a wider batch agree bit for bit only when every
+   width is a multiple of 4: the service pads sources and caches to multiples of 8
+   (service/engine/onnx_model.py, SOURCE_CHUNK and CACHE_CHUNK). Graphs exported before that gave
+   each such MatMul a second row (onnxruntime's general kernel adds in order at any width), which
+   cost 7-13% of a decoder step; `make_padding_invariant` takes the second row away again.
 
 `weight_only` and `nbits` are the other batch-invariant forms measured against `per_row`
 (benchmarks/quant_invariance.py, docs/benchmarks.md); exports use `per_row`.
@@ -335,46 +340,37 @@ def padding_invariant(model: onnx.ModelProto, padded_axis: str = PADDED_AXIS) ->
 
 
 def make_padding_invariant(model: onnx.ModelProto, padded_axis: str = PADDED_AXIS) -> None:
-    """In place: sums over the padded source axis computed so that padding adds exact zeros. One-row
-    MatMuls over it get a second row, ReduceSums over it become MatMuls. Idempotent.
-
-    onnxruntime's CPU MatMul takes a separate kernel for one row (M = 1), which rounds its sum over K
-    differently when K % 4 == 3 than when the same K values are followed by zeros. A decoder step's
-    attention (N, H, 1, S) @ values (N, H, S, D) has one row and sums over S, the batch's longest
-    source: a sentence alone and the same sentence padded in a batch differed in the last bits, and
-    int8 rounding can turn that into a different token. ReduceSum adds along S in an order that
-    depends on S (a pooled encoder state: an RNN's initial decoder state, the mean of its memory).
-    A MatMul with two or more rows adds in order. The self-attention MatMuls sum over the steps,
-    which every row of a batch shares."""
+    """In place: ReduceSums over the padded axis become MatMuls, which add in order; MatMuls given a
+    second row by an earlier export lose it (the widths the service gives make one row exact: see
+    the module's docstring). Idempotent."""
     shapes = inferred_shapes(model)  # once: for a 300 MB graph it costs seconds
     _sums_as_matmuls(model.graph, shapes, padded_axis)
-    _pad_single_row_matmuls(model.graph, shapes, padded_axis)
+    _single_rows(model.graph)
 
 
-def _pad_single_row_matmuls(graph: onnx.GraphProto, shapes: Shapes, padded_axis: str) -> None:
-    """Each activation MatMul summing over `padded_axis`: its first row again, dropped after."""
-    constant = {i.name for i in graph.initializer}
-    targets = {
-        n.output[0]
-        for n in graph.node
-        if n.op_type == "MatMul"
-        and not set(n.input) & constant
-        and not n.input[0].endswith(f"{PAD_ROWS}/a")  # two rows or more already
-        and _axis(shapes, n.input[1], -2) == padded_axis
-    }
-    if targets:
-        _add_pad_constants(Graph(graph))
-        replace_nodes(graph, [m for n in graph.node for m in (two_rows(n) if n.output[0] in targets else [n])])
+SECOND_ROW = f"{PAD_ROWS}/first"  # an earlier export's copy of a MatMul's first row
 
 
-def two_rows(matmul: NodeProto) -> list[NodeProto]:
-    a, b, y, p = matmul.input[0], matmul.input[1], matmul.output[0], PAD_ROWS
-    return [
-        helper.make_node("Slice", [a, f"{p}/0", f"{p}/1", f"{p}/-2"], [f"{y}{p}/first"]),  # (..., 1, S)
-        helper.make_node("Concat", [a, f"{y}{p}/first"], [f"{y}{p}/a"], axis=-2),  # (..., M + 1, S)
-        helper.make_node("MatMul", [f"{y}{p}/a", b], [f"{y}{p}/y"]),  # (..., M + 1, D)
-        helper.make_node("Slice", [f"{y}{p}/y", f"{p}/0", f"{p}/-1", f"{p}/-2"], [y]),  # (..., M, D)
-    ]
+def second_rows(model: onnx.ModelProto) -> bool:
+    """Whether `model` has MatMuls given a second row by an earlier export."""
+    return any(n.op_type == "Slice" and n.output[0].endswith(SECOND_ROW) for n in model.graph.node)
+
+
+def _single_rows(graph: onnx.GraphProto) -> None:
+    """Each `Slice(a, first row) -> Concat(a, it) -> MatMul -> Slice(all but the last row)` of an
+    earlier export back to `MatMul(a)`. (A ReduceSum's MatMul, `_sum_by_matmul`, has two rows of
+    ones, not a copied row, and stays.)"""
+    g = Graph(graph)
+    dropped: set[str] = set()  # output names of the nodes that go
+    for first in [n for n in graph.node if n.op_type == "Slice" and n.output[0].endswith(SECOND_ROW)]:
+        concat = g.only_consumer(first.output[0], "Concat")
+        matmul = g.only_consumer(concat.output[0], "MatMul")
+        back = g.only_consumer(matmul.output[0], "Slice")
+        dropped |= {concat.output[0], first.output[0], back.output[0]}
+        matmul.input[0], matmul.output[0] = concat.input[0], back.output[0]
+    if dropped:
+        replace_nodes(graph, [n for n in graph.node if n.op_type == "MatMul" or n.output[0] not in dropped])
+        prune(graph)
 
 
 def _sums_as_matmuls(graph: onnx.GraphProto, shapes: Shapes, padded_axis: str) -> None:
@@ -414,7 +410,7 @@ def _sum_by_matmul(reduce_sum: NodeProto) -> list[NodeProto]:
 
 
 def pad_constants() -> dict[str, npt.NDArray[np.generic]]:
-    """The constants `two_rows` reads, by name."""
+    """The constants `_sum_by_matmul` reads, by name."""
     return {f"{PAD_ROWS}/{value}": np.array([value], np.int64) for value in (0, 1, -1, -2)}
 
 

@@ -131,7 +131,7 @@ def _teacher_forced_chunk(
         live = lengths > t  # (B,) rows still inside their target
         ours_lp: npt.NDArray[np.float32] = outputs["log_probs"][live]
         log_prob_diff = max(log_prob_diff, float(np.abs(ours_lp - ref_log_probs[live, t]).max()))
-        ours_cross = outputs["cross_attention"][live]  # (B', L, N, S)
+        ours_cross = outputs["cross_attention"][live, ..., : ids.shape[1]]  # (B', L, N, S): encode pads the source
         attention_diff = max(attention_diff, float(np.abs(ours_cross - ref_cross[live, :, :, t]).max()))
     return log_prob_diff, attention_diff
 

@@ -1,12 +1,15 @@
 """Rewrite an int8 bundle into today's batch-invariant form: from per-tensor dynamic quantization,
 from the first per-row form (8-bit activations, uint8 x uint8; export/invariant_quant.py), or from
-the seven-bit form spelled as elementwise operators (export/lean_quant.py).
+the seven-bit form spelled as elementwise operators (export/lean_quant.py), or with the second row
+that exports gave one-row MatMuls over the padded source before the service padded every width to a
+multiple of 8 (export/invariant_quant.py).
 
 `python -m export.requantize bundles/en-zh [...]`. Its int8 weights are kept as they are (they are
 the model's weights); each MatMul's activation becomes quantized per row, one-row MatMuls over the
-padded source get a second row (export/invariant_quant.py). The manifest's quantization figures are
-measured again as an export measures them, on the Tatoeba dev split, greedy: BLEU (against the
-fp32 BLEU recorded at export), the speedup over fp32 arithmetic and batch invariance. The fp32
+padded source lose a second row an earlier export gave them (export/invariant_quant.py); a graph
+already in today's form is written as it is. The manifest's quantization figures are measured
+again as an export measures them, on the Tatoeba dev split, greedy: BLEU (against the fp32 BLEU
+recorded at export), the speedup over fp32 arithmetic and batch invariance. The fp32
 graphs are gone, so fp32 time is that of the same weights dequantized at session load (the
 `weight_only` form: the fp32 graph's operations), and token agreement with fp32 is not known.
 Test-split quality is `attention-mt rescore`'s to measure afterwards.
@@ -27,6 +30,7 @@ from export.invariant_quant import (
     make_padding_invariant,
     per_tensor,
     rewrite_matmuls,
+    second_rows,
     weight_only,
 )
 from export.lean_quant import invariant_int8_file, spelled_long
@@ -43,7 +47,8 @@ def requantize_bundle(bundle_dir: Path, corpus: Path | None = None, rounds: int 
     m = bundle.manifest
     graphs = [m.graphs.encoder.file, m.graphs.decoder.file]
     if m.quantization.mode != "int8" or not _rewritable(bundle, graphs):
-        raise ExportError(f"{bundle_dir}: not an int8 bundle in an older form (per tensor, first per row, not lean)")
+        older = "per tensor, first per row, not lean, or one-row MatMuls with a second row"
+        raise ExportError(f"{bundle_dir}: not an int8 bundle in an older form ({older})")
     dev = split_corpus(read_corpus(corpus or default_corpus_path()))["dev"]
     sources, references = [p.text(m.source_lang) for p in dev], [p.text(m.target_lang) for p in dev]
     staged = staging_dir(bundle_dir)
@@ -76,7 +81,7 @@ def requantize_bundle(bundle_dir: Path, corpus: Path | None = None, rounds: int 
 
 def _rewritable(bundle: Bundle, graphs: list[str]) -> bool:
     models = [onnx.load(str(bundle.file(g))) for g in graphs]
-    return any(per_tensor(m) or first_per_row(m) or spelled_long(m) for m in models)
+    return any(per_tensor(m) or first_per_row(m) or spelled_long(m) or second_rows(m) for m in models)
 
 
 def _dequantized(bundle: Bundle, directory: Path, fields: dict[str, object]) -> Translator:

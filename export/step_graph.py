@@ -32,7 +32,6 @@ from onnx import NodeProto, TensorProto, helper, numpy_helper
 from torch import nn
 
 from export.graph_io import FamilyIO
-from export.invariant_quant import pad_constants, two_rows
 from models.transformer import DecoderLayer, MultiHeadAttention, Transformer
 from service.engine.manifest import POSITIONS
 
@@ -92,8 +91,6 @@ def decoder_step_graph(model: Transformer, io: FamilyIO, opset: int, fuse_qkv: b
     b.const("/shape/per_layer", np.array([0, 1, N, -1], np.int64))  # (B, N, 1, X) -> (B, 1, N, X)
     b.const("/scale", np.array(math.sqrt(D), np.float32))
     b.const("/-inf", np.array(-np.inf, np.float32))
-    for name, value in pad_constants().items():
-        b.const(name, value)
 
     x = _embed(b, model)  # (B, H)
     masks = _cache_masks(b)
@@ -240,10 +237,9 @@ def _softmax(b: _Builder, p: str, qk: str, blocked: str) -> str:
 
 
 def _mixed(b: _Builder, out: str, weights: str, values: str) -> str:
-    """weights (B, N, 1, X) @ values (B, N, X, D) with two rows, the second dropped: onnxruntime's
-    one-row kernel would sum over the padded X out of order (export/invariant_quant.py)."""
-    b.nodes.extend(two_rows(helper.make_node("MatMul", [weights, values], [out])))
-    return out
+    """weights (B, N, 1, X) @ values (B, N, X, D): onnxruntime's one-row kernel, exact across batches
+    because the service makes every width X a multiple of 8 (export/invariant_quant.py)."""
+    return b.op("MatMul", [weights, values], out)
 
 
 def _project(b: _Builder, attn: MultiHeadAttention, name: str, mixed: str, weights: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from service.engine.translator import Translator, pad_ids
 def force(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dict[str, npt.NDArray[Any]]:
     """Teacher-force `tgt_ids` (ending in EOS): log-probs (T,), cross (T, L, N, S), self (T, L, N, T) or empty."""
     ids, mask = pad_ids([src_ids], translator.manifest.special_ids.pad)
-    model = translator.model
+    S, model = len(src_ids), translator.model
     state = model.encode(ids, mask)
     prev = translator.manifest.special_ids.bos
     log_probs, cross, self_rows = [], [], []
@@ -28,7 +28,7 @@ def force(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dic
         outputs, state = model.run_step(np.array([prev], dtype=np.int64), state)
         row = suppress(outputs["log_probs"][:1], model.suppressed, model.renormalize)  # as the search sees it
         log_probs.append(float(row[0, token]))
-        cross.append(outputs["cross_attention"][0])  # (L, N, S)
+        cross.append(outputs["cross_attention"][0, ..., :S])  # (L, N, S): the source was padded to a chunk
         if "self_attention" in outputs:
             self_rows.append(outputs["self_attention"][0])  # (L, N, t+1)
         prev = token
@@ -41,7 +41,7 @@ def force(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dic
             full[t, :, :, : t + 1] = row[..., : t + 1]  # a fixed-width cache has unwritten slots after
         result["self"] = full
     if "encoder_self_attention" in state.extras:
-        result["encoder_self"] = state.extras["encoder_self_attention"][0]  # (L, N, S, S)
+        result["encoder_self"] = state.extras["encoder_self_attention"][0, ..., :S, :S]  # (L, N, S, S)
     return result
 
 

@@ -36,6 +36,16 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # attention reads every slot, written or not, and beam 4 x 32 of 20 tokens held 32 slots for 20
 # (en-zh 88.7 -> 72.7 ms, OPUS-MT int8 1,680 -> 1,612 ms and 600 -> 574 MB; batch 1 unchanged; 4: no better)
 CACHE_CHUNK = 8
+# every source width is a multiple of this, padding masked. A decoder step's attention over the source is
+# a one-row MatMul per row and head, and onnxruntime's one-row kernels sum a column, or a sum over K, by
+# where it falls in blocks of 4: with widths always a multiple of 4 a row alone and the same row in a
+# wider batch agree bit for bit (checked for widths up to 100-130 here), with a width like 23 they do not. The
+# cache's slots are CACHE_CHUNK at a time for the same reason (docs/benchmarks.md).
+SOURCE_CHUNK = 8
+# onnxruntime's fusion of a MatMul and a scalar Mul or Div: fused, the cross-attention scores (the /sqrt(d)
+# after q @ k^T) leave the one-row kernel for the general one, which packs the keys for every row and head:
+# at 128 rows that MatMul took 2.6x its unfused time, and the shipped int8 step 1.11x (1.03x at 32 rows)
+DISABLED_OPTIMIZERS = ("MatMulScaleFusion",)
 IN_PLACE_BYTES = 256 * 1024  # a beam reshuffle rewrites state tensors this large in place
 SHRINK_TO = 0.75  # rows leaving cut the source or cache width when it falls to this share or less
 # from this output vocabulary up, onnxruntime's memory pattern is off unless asked for: a pattern is one
@@ -83,6 +93,14 @@ def _pad(x: npt.NDArray[Any], axis: int, size: int, value: float | bool) -> npt.
     out = np.full(shape, value, dtype=x.dtype)
     out[tuple(slice(0, n) for n in x.shape)] = x
     return out
+
+
+def padded_source(
+    src_ids: IntArray, src_pad_mask: npt.NDArray[np.bool_], pad_id: int
+) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """(B, S) ids and mask padded at the end to (B, S'), S' the next multiple of SOURCE_CHUNK."""
+    width = -(-src_ids.shape[1] // SOURCE_CHUNK) * SOURCE_CHUNK
+    return _pad(src_ids, 1, width, pad_id), _pad(src_pad_mask, 1, width, True)
 
 
 def _capacity(x: npt.NDArray[Any]) -> int:
@@ -183,7 +201,9 @@ def make_session(
     providers = [PROVIDERS[config.provider]]
     if config.provider == "cuda":
         providers.append(PROVIDERS["cpu"])  # for the few ops CUDA lacks; startup checks the main one
-    return ort.InferenceSession(path, sess_options=options, providers=providers)
+    return ort.InferenceSession(
+        path, sess_options=options, providers=providers, disabled_optimizers=list(DISABLED_OPTIMIZERS)
+    )
 
 
 def read_shared_weights(bundle: Bundle) -> dict[str, dict[str, ort.OrtValue]]:
@@ -302,7 +322,9 @@ class OnnxSeq2Seq:
         return problems
 
     def encode(self, src_ids: IntArray, src_pad_mask: npt.NDArray[np.bool_]) -> OnnxState:
-        """Run the encoder on (B, S) ids and mask; returns the state before the first step."""
+        """Run the encoder on (B, S) ids and mask; returns the state before the first step. The source
+        is padded (masked) to a multiple of SOURCE_CHUNK first, so its width is that wider S'."""
+        src_ids, src_pad_mask = padded_source(src_ids, src_pad_mask, self.bundle.manifest.special_ids.pad)
         names = [t.name for t in self.bundle.manifest.graphs.encoder.outputs]
         values = self.encoder.run(names, fed(self._rows["encoder"], {"src_ids": src_ids, "src_pad_mask": src_pad_mask}))
         outputs = dict(zip(names, values, strict=True))
@@ -434,7 +456,7 @@ class OnnxSeq2Seq:
     def _needed(self, state: OnnxState, rows: IntArray) -> dict[str, int]:
         """The source width and cache slots the selected rows still need, where that is less than now."""
         real = np.flatnonzero(~state.src_pad_mask[rows].all(axis=0))
-        sizes = {SOURCE_AXIS: int(real[-1]) + 1 if len(real) else 0}
+        sizes = {SOURCE_AXIS: -(-(int(real[-1]) + 1) // SOURCE_CHUNK) * SOURCE_CHUNK if len(real) else 0}
         if self.slotted:
             positions = state.state[POSITIONS][rows]
             slots = -(-int(positions.max()) // CACHE_CHUNK) * CACHE_CHUNK if len(positions) else 0

@@ -1,5 +1,5 @@
-"""Batch-invariant graphs (issue 16): per-row int8 activations and padded one-row MatMuls compute
-what they should, and a freshly exported model decodes a sentence the same alone and batched."""
+"""Batch-invariant graphs (issue 16): per-row int8 activations and one-row MatMuls over the padded
+source compute what they should, and a freshly exported model decodes a sentence the same alone and batched."""
 
 from __future__ import annotations
 
@@ -14,12 +14,24 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from export.bundle_writer import write_manifest
-from export.invariant_quant import FIRST_PER_ROW, batch_invariant, first_per_row, padding_invariant, seven_bit_per_row
-from export.lean_quant import spelled_long
+from export.invariant_quant import (
+    FIRST_PER_ROW,
+    PAD_ROWS,
+    batch_invariant,
+    copy_model,
+    first_per_row,
+    pad_constants,
+    padding_invariant,
+    replace_nodes,
+    second_rows,
+    seven_bit_per_row,
+)
+from export.lean_quant import lean_row_quant, spelled_long
 from export.pipeline import ExportOptions, export_run
 from export.quantize import OP_TYPES, batching_changes
 from export.requantize import requantize_bundle
 from service.engine.bundle import load_bundle
+from service.engine.onnx_model import SOURCE_CHUNK
 from service.engine.tokenizer import Tokenizer
 from service.engine.translator import Translator
 from tests.export.test_export_families import make_run
@@ -147,26 +159,79 @@ def test_row_quantized_activations_stay_under_128_so_avx2_cannot_saturate(tmp_pa
         assert q.max() <= 127 and q.max() >= 120  # the loudest value of a row takes the top level
 
 
-def test_one_row_matmuls_over_the_padded_axis_ignore_padding() -> None:
+def invariant_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    return lean_row_quant(batch_invariant(model))
+
+
+def one_row_matmul() -> onnx.ModelProto:
+    """weights (B, 4, 1, src_len) @ values (B, 4, src_len, 16): a decoder step's attention over the source."""
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 4, 1, "src_len"])
     b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["batch", 4, "src_len", 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g", [a, b], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     model.ir_version = 9
-    padded = padding_invariant(model)
-    assert [n.op_type for n in padded.graph.node] == ["Slice", "Concat", "MatMul", "Slice"]
-    assert padding_invariant(padded) == padded  # idempotent
-    for length in range(1, 20):
+    return model
+
+
+def with_second_rows(model: onnx.ModelProto, outputs: set[str]) -> onnx.ModelProto:
+    """`model` as exports wrote it before: each MatMul making `outputs` given a copy of its first row."""
+    model = copy_model(model)
+    p, nodes = PAD_ROWS, []
+    for n in model.graph.node:
+        if n.op_type != "MatMul" or n.output[0] not in outputs:
+            nodes.append(n)
+            continue
+        a, b, y = n.input[0], n.input[1], n.output[0]
+        nodes += [
+            helper.make_node("Slice", [a, f"{p}/0", f"{p}/1", f"{p}/-2"], [f"{y}{p}/first"]),
+            helper.make_node("Concat", [a, f"{y}{p}/first"], [f"{y}{p}/a"], axis=-2),
+            helper.make_node("MatMul", [f"{y}{p}/a", b], [f"{y}{p}/y"]),
+            helper.make_node("Slice", [f"{y}{p}/y", f"{p}/0", f"{p}/-1", f"{p}/-2"], [y]),
+        ]
+    replace_nodes(model.graph, nodes)
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in pad_constants().items())
+    return model
+
+
+def zero_padded(weights: np.ndarray, values: np.ndarray, width: int) -> dict[str, np.ndarray]:
+    """The feeds of `one_row_matmul` with the source axis padded with zeros to `width`."""
+    extra = width - weights.shape[-1]
+    return {
+        "a": np.pad(weights, [(0, 0)] * 3 + [(0, extra)]),
+        "b": np.pad(values, [(0, 0), (0, 0), (0, extra), (0, 0)]),
+    }
+
+
+def test_one_row_matmuls_over_the_padded_axis_are_exact_at_the_widths_the_service_gives() -> None:
+    """The service pads every source to a multiple of SOURCE_CHUNK: then a row alone and the same row
+    among wider ones are summed alike, bit for bit, so the graph keeps its one row."""
+    padded = padding_invariant(one_row_matmul())
+    assert [n.op_type for n in padded.graph.node] == ["MatMul"]
+    for length in range(1, 41):
         weights = RNG.random((2, 4, 1, length), dtype=np.float32)
         values = RNG.standard_normal((2, 4, length, 16)).astype(np.float32)
-        alone = run(padded, {"a": weights, "b": values}, LEVELS.ORT_ENABLE_ALL)
+        chunk = -(-length // SOURCE_CHUNK) * SOURCE_CHUNK
+        alone = run(padded, zero_padded(weights, values, chunk), LEVELS.ORT_ENABLE_ALL)
         np.testing.assert_allclose(alone, weights @ values, rtol=1e-5, atol=1e-5)
-        width = length + 5  # the same rows padded with zeros, as in a batch with a longer source
-        a_pad = np.pad(weights, [(0, 0), (0, 0), (0, 0), (0, 5)])
-        b_pad = np.pad(values, [(0, 0), (0, 0), (0, 5), (0, 0)])
-        assert a_pad.shape[-1] == width
-        assert np.array_equal(run(padded, {"a": a_pad, "b": b_pad}, LEVELS.ORT_ENABLE_ALL), alone), length
+        for width in range(chunk + SOURCE_CHUNK, 65, SOURCE_CHUNK):
+            batched = run(padded, zero_padded(weights, values, width), LEVELS.ORT_ENABLE_ALL)
+            assert np.array_equal(batched, alone), (length, width)
+
+
+def test_an_earlier_exports_second_rows_are_taken_away() -> None:
+    plain = one_row_matmul()
+    old = with_second_rows(plain, {"y"})
+    assert second_rows(old) and [n.op_type for n in old.graph.node] == ["Slice", "Concat", "MatMul", "Slice"]
+    again = padding_invariant(old)
+    assert not second_rows(again) and [n.op_type for n in again.graph.node] == ["MatMul"]
+    assert not {i.name for i in again.graph.initializer} & set(pad_constants())  # nothing reads them now
+    assert padding_invariant(again) == again  # idempotent
+    feeds = {
+        "a": RNG.random((3, 4, 1, 24), dtype=np.float32),
+        "b": RNG.standard_normal((3, 4, 24, 16)).astype(np.float32),
+    }
+    assert np.array_equal(run(again, feeds, LEVELS.ORT_ENABLE_ALL), run(plain, feeds, LEVELS.ORT_ENABLE_ALL))
 
 
 def mixed_lengths() -> list[str]:
@@ -207,7 +272,7 @@ def test_an_fp32_export_is_checked_too(
     assert_batch_invariant(Translator(bundle))
 
 
-@pytest.mark.parametrize("form", ["per-tensor", "first per-row", "seven-bit, not lean"])
+@pytest.mark.parametrize("form", ["per-tensor", "first per-row", "seven-bit, not lean", "second rows"])
 def test_requantize_rewrites_an_older_int8_bundle_in_place(
     form: str, tmp_path: Path, synthetic_corpus: Path, en_tokenizer: Tokenizer, zh_tokenizer: Tokenizer
 ) -> None:
@@ -223,6 +288,11 @@ def test_requantize_rewrites_an_older_int8_bundle_in_place(
             onnx.save(as_first_shipped(batch_invariant(onnx.load(str(old / graph)))), str(old / graph))
         elif form == "seven-bit, not lean":
             onnx.save(batch_invariant(onnx.load(str(old / graph))), str(old / graph))
+        elif form == "second rows":  # today's form, as exported before the service chunked its widths
+            model = invariant_int8(onnx.load(str(old / graph)))
+            attention = {n.output[0] for n in model.graph.node if n.output[0].endswith("mixed")}
+            assert graph == "encoder.onnx" or attention
+            onnx.save(with_second_rows(model, attention), str(old / graph))
     fields = fp32.manifest.model_dump(exclude={"files"})
     fields["quantization"] = {"mode": "int8", "method": "dynamic", "bleu_fp32": 12.5, "size_fp32": 1000}
     write_manifest(old, fields)
@@ -238,4 +308,5 @@ def test_requantize_rewrites_an_older_int8_bundle_in_place(
         model = onnx.load(str(bundle.file(graph)))
         assert not first_per_row(model) and "DynamicQuantizeLinear" not in {n.op_type for n in model.graph.node}
         assert not spelled_long(model) and "QuantizeLinear" in {n.op_type for n in model.graph.node}
+        assert not second_rows(model)
     assert_batch_invariant(Translator(bundle))

@@ -1,8 +1,10 @@
 """A sentence gets the same tokens and scores whatever it is batched with (issue 16), for every
 shipped bundle: decoded alone, then in one batch with sentences of other lengths, greedy and beam
 4, and when it joins a batch that is already decoding. Exactly equal, not within a tolerance: the
-graphs quantize each row with its own scale and pad one-row MatMuls (export/invariant_quant.py),
-and a Transformer row writes its own slots of the KV cache, so no value of a row depends on another.
+graphs quantize each row with its own scale (export/invariant_quant.py), the service pads every
+source and cache width to a multiple of 8, where onnxruntime's one-row MatMul kernels sum a row
+alike at any width (test_one_row_kernels.py), and a Transformer row writes its own slots of the KV
+cache, so no value of a row depends on another.
 Skipped while bundles/ holds no bundle."""
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ SHIPPED = sorted(p.parent.name for p in DEFAULT_BUNDLES.glob("*/manifest.json"))
 pytestmark = pytest.mark.skipif(not SHIPPED, reason="no default bundles committed yet")
 
 # 24 sentences each, 2 to 40-odd tokens: short and long ones share a batch, and their source
-# lengths fall on every remainder mod 4 (the one-row MatMul kernel rounds K % 4 == 3 apart).
+# lengths fall on every remainder mod 4 (the one-row MatMul kernel rounds K % 4 == 3 apart: the
+# service's padding to multiples of 8 is what keeps them exact).
 SENTENCES = {
     "en": [
         "Hi.",
