@@ -36,16 +36,18 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # attention reads every slot, written or not, and beam 4 x 32 of 20 tokens held 32 slots for 20
 # (en-zh 88.7 -> 72.7 ms, OPUS-MT int8 1,680 -> 1,612 ms and 600 -> 574 MB; batch 1 unchanged; 4: no better)
 CACHE_CHUNK = 8
-# every source width is a multiple of this, padding masked. A decoder step's attention over the source is
+# every source width the decoder sees is a multiple of this: encode() pads the encoder's outputs with zeros
+# (masked), as a join does. A decoder step's attention over the source is
 # a one-row MatMul per row and head, and onnxruntime's one-row kernels sum a column, or a sum over K, by
 # where it falls in blocks of 4: with widths always a multiple of 4 a row alone and the same row in a
 # wider batch agree bit for bit (checked for widths up to 100-130 here), with a width like 23 they do not. The
 # cache's slots are CACHE_CHUNK at a time for the same reason (docs/benchmarks.md).
 SOURCE_CHUNK = 8
-# onnxruntime's fusion of a MatMul and a scalar Mul or Div: fused, the cross-attention scores (the /sqrt(d)
-# after q @ k^T) leave the one-row kernel for the general one, which packs the keys for every row and head:
-# at 128 rows that MatMul took 2.6x its unfused time, and the shipped int8 step 1.11x (1.03x at 32 rows)
-DISABLED_OPTIMIZERS = ("MatMulScaleFusion",)
+# onnxruntime's fusion of a MatMul and a scalar Mul or Div, off for decoders: fused, the cross-attention
+# scores (the /sqrt(d) after q @ k^T) leave the one-row kernel for the general one, which packs the keys for
+# every row and head: at 128 rows that MatMul took 2.6x its unfused time, and the shipped int8 step 1.11x
+# (1.03x at 32 rows). An encoder's MatMuls have a row per source token and take the general kernel anyway.
+DECODER_DISABLED_OPTIMIZERS = ("MatMulScaleFusion",)
 IN_PLACE_BYTES = 256 * 1024  # a beam reshuffle rewrites state tensors this large in place
 SHRINK_TO = 0.75  # rows leaving cut the source or cache width when it falls to this share or less
 # from this output vocabulary up, onnxruntime's memory pattern is off unless asked for: a pattern is one
@@ -93,14 +95,6 @@ def _pad(x: npt.NDArray[Any], axis: int, size: int, value: float | bool) -> npt.
     out = np.full(shape, value, dtype=x.dtype)
     out[tuple(slice(0, n) for n in x.shape)] = x
     return out
-
-
-def padded_source(
-    src_ids: IntArray, src_pad_mask: npt.NDArray[np.bool_], pad_id: int
-) -> tuple[IntArray, npt.NDArray[np.bool_]]:
-    """(B, S) ids and mask padded at the end to (B, S'), S' the next multiple of SOURCE_CHUNK."""
-    width = -(-src_ids.shape[1] // SOURCE_CHUNK) * SOURCE_CHUNK
-    return _pad(src_ids, 1, width, pad_id), _pad(src_pad_mask, 1, width, True)
 
 
 def _capacity(x: npt.NDArray[Any]) -> int:
@@ -175,10 +169,15 @@ def shared_thread_pool(config: SessionConfig) -> None:
 
 
 def make_session(
-    path: str, config: SessionConfig, initializers: dict[str, ort.OrtValue] | None = None, fed_tables: bool = False
+    path: str,
+    config: SessionConfig,
+    initializers: dict[str, ort.OrtValue] | None = None,
+    fed_tables: bool = False,
+    disabled_optimizers: tuple[str, ...] = (),
 ) -> ort.InferenceSession:
     """`initializers`: weights given instead of those in the graph (the caller keeps them alive).
-    `fed_tables`: the graph has tables read by row, which onnxruntime warns of at every load."""
+    `fed_tables`: the graph has tables read by row, which onnxruntime warns of at every load.
+    `disabled_optimizers`: onnxruntime's graph rewrites by name that the session leaves out."""
     options = ort.SessionOptions()
     if fed_tables:  # "Initializer ... appears in graph inputs": by design here (row_tables.py)
         options.log_severity_level = 3
@@ -202,7 +201,7 @@ def make_session(
     if config.provider == "cuda":
         providers.append(PROVIDERS["cpu"])  # for the few ops CUDA lacks; startup checks the main one
     return ort.InferenceSession(
-        path, sess_options=options, providers=providers, disabled_optimizers=list(DISABLED_OPTIMIZERS)
+        path, sess_options=options, providers=providers, disabled_optimizers=list(disabled_optimizers)
     )
 
 
@@ -233,11 +232,15 @@ def row_tables(bundle: Bundle) -> dict[str, dict[str, tuple[str, RowTable]]]:
 
 
 def _load_session(
-    bundle: Bundle, file: str, config: SessionConfig, initializers: dict[str, ort.OrtValue]
+    bundle: Bundle,
+    file: str,
+    config: SessionConfig,
+    initializers: dict[str, ort.OrtValue],
+    disabled_optimizers: tuple[str, ...] = (),
 ) -> ort.InferenceSession:
     fed_tables = any(w.by_row is not None for w in bundle.manifest.shared_weights)
     try:
-        return make_session(str(bundle.file(file)), config, initializers, fed_tables)
+        return make_session(str(bundle.file(file)), config, initializers, fed_tables, disabled_optimizers)
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BundleInvalid(bundle.path, [f"{file}: onnxruntime cannot load it ({reason})"]) from exc
@@ -276,7 +279,9 @@ class OnnxSeq2Seq:
         self._rows = row_tables(bundle) if config.provider == "cpu" else {"encoder": {}, "decoder": {}}
         # the decoder first: loading a graph holds its weights twice for a moment (read, then
         # prepacked), and the decoder's are the larger; OPUS-MT size fp32 peaked 697 -> 566 MB loading
-        self.decoder = _load_session(bundle, graphs.decoder.file, config, self._shared.get("decoder", {}))
+        self.decoder = _load_session(
+            bundle, graphs.decoder.file, config, self._shared.get("decoder", {}), DECODER_DISABLED_OPTIMIZERS
+        )
         self.encoder = _load_session(bundle, graphs.encoder.file, config, self._shared.get("encoder", {}))
         problems = graph_io_problems(graphs.encoder, self.encoder.get_inputs(), self.encoder.get_outputs())
         problems += graph_io_problems(graphs.decoder, self.decoder.get_inputs(), self.decoder.get_outputs())
@@ -322,9 +327,8 @@ class OnnxSeq2Seq:
         return problems
 
     def encode(self, src_ids: IntArray, src_pad_mask: npt.NDArray[np.bool_]) -> OnnxState:
-        """Run the encoder on (B, S) ids and mask; returns the state before the first step. The source
-        is padded (masked) to a multiple of SOURCE_CHUNK first, so its width is that wider S'."""
-        src_ids, src_pad_mask = padded_source(src_ids, src_pad_mask, self.bundle.manifest.special_ids.pad)
+        """Run the encoder on (B, S) ids and mask; returns the state before the first step, its source
+        axis padded to S', the next multiple of SOURCE_CHUNK (zeros, masked)."""
         names = [t.name for t in self.bundle.manifest.graphs.encoder.outputs]
         values = self.encoder.run(names, fed(self._rows["encoder"], {"src_ids": src_ids, "src_pad_mask": src_pad_mask}))
         outputs = dict(zip(names, values, strict=True))
@@ -336,7 +340,25 @@ class OnnxSeq2Seq:
                 state[spec.input] = outputs[spec.init.removeprefix("encoder:")]
         statics = {name: outputs[name] for name in self.static_names}
         extras = {k: v for k, v in outputs.items() if k not in statics}
-        return OnnxState(src_pad_mask, statics, state, extras)
+        return self._source_chunked(OnnxState(src_pad_mask, statics, state, extras))
+
+    def _source_chunked(self, state: OnnxState) -> OnnxState:
+        """`state` with its source axis padded to a multiple of SOURCE_CHUNK: zeros, masked, as `merge`
+        pads a shorter batch. After the encoder, which would spend a padded token's work on each."""
+        width = state.src_pad_mask.shape[1]
+        size = -(-width // SOURCE_CHUNK) * SOURCE_CHUNK
+        if size == width:
+            return state
+
+        def padded(name: str, x: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            for axis, dim in self.axes[name]:
+                if dim == SOURCE_AXIS:
+                    x = _pad(x, axis, size, 0)
+            return x
+
+        statics = {k: padded(k, v) for k, v in state.statics.items()}
+        tensors = {k: padded(k, v) for k, v in state.state.items()}
+        return OnnxState(_pad(state.src_pad_mask, 1, size, True), statics, tensors, state.extras, state.origin)
 
     def run_step(self, tokens: IntArray, state: OnnxState) -> tuple[dict[str, npt.NDArray[Any]], OnnxState]:
         """One decoder step; every output by name, and the state for the next step."""

@@ -1,7 +1,7 @@
 """What batch invariance rests on since the service pads sources (docs/benchmarks.md, 2026-12-06):
-a decoder step's attention over the source, as the service's sessions run it (the scale not fused
-into the MatMul), gives a row the same scores alone and among wider rows when every width is a
-multiple of SOURCE_CHUNK; and the encoder is always given such widths."""
+a decoder step's attention over the source, as the service's decoder sessions run it (the scale
+not fused into the MatMul), gives a row the same scores alone and among wider rows when every width
+is a multiple of SOURCE_CHUNK; and the decoder is always given such widths."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from service.engine.onnx_model import SOURCE_CHUNK, SessionConfig, make_session, padded_source
+from service.engine.bundle import load_bundle
+from service.engine.onnx_model import DECODER_DISABLED_OPTIMIZERS, SOURCE_CHUNK, SessionConfig, make_session
+from service.engine.translator import Translator, pad_ids
 
 RNG = np.random.default_rng(0)
 
@@ -44,7 +46,10 @@ def scores(session: ort.InferenceSession, q: np.ndarray, k: np.ndarray, width: i
 
 
 def test_cross_attention_scores_are_exact_at_chunked_widths(tmp_path: Path) -> None:
-    session = make_session(cross_scores(tmp_path / "scores.onnx"), SessionConfig(intra_op_threads=1, spinning=False))
+    config = SessionConfig(intra_op_threads=1, spinning=False)
+    session = make_session(
+        cross_scores(tmp_path / "scores.onnx"), config, disabled_optimizers=DECODER_DISABLED_OPTIMIZERS
+    )
     for length in range(1, 41):
         q = RNG.standard_normal((3, 4, 1, 64)).astype(np.float32)
         k = RNG.standard_normal((3, 4, length, 64)).astype(np.float32)
@@ -55,12 +60,22 @@ def test_cross_attention_scores_are_exact_at_chunked_widths(tmp_path: Path) -> N
             assert np.array_equal(scores(session, q, k, width)[:1], alone), (length, width)
 
 
-def test_every_source_is_padded_to_a_chunk() -> None:
+def test_the_decoder_sees_every_source_padded_to_a_chunk(bundle_dir: Path) -> None:
+    """encode() runs the encoder on the source as given and pads what the decoder reads with zeros,
+    masked: what a join pads a shorter batch with."""
+    model = Translator(load_bundle(bundle_dir / "en-zh")).model
     for length in (1, 7, 8, 9, 23):
-        ids = np.arange(2 * length, dtype=np.int64).reshape(2, length)
-        mask = np.zeros((2, length), bool)
-        padded_ids, padded_mask = padded_source(ids, mask, pad_id=0)
-        width = padded_ids.shape[1]
-        assert width % SOURCE_CHUNK == 0 and length <= width < length + SOURCE_CHUNK
-        assert np.array_equal(padded_ids[:, :length], ids) and (padded_ids[:, length:] == 0).all()
-        assert not padded_mask[:, :length].any() and padded_mask[:, length:].all()
+        ids, mask = pad_ids([list(range(4, 4 + length)), [4, 5]])  # (2, S), S = max(length, 2)
+        state = model.encode(ids, mask)
+        S, width = ids.shape[1], state.src_pad_mask.shape[1]
+        assert width % SOURCE_CHUNK == 0 and S <= width < S + SOURCE_CHUNK
+        assert np.array_equal(state.src_pad_mask[:, :S], mask) and state.src_pad_mask[:, S:].all()
+        raw = dict(
+            zip(
+                (o.name for o in model.encoder.get_outputs()),
+                model.encoder.run(None, {"src_ids": ids, "src_pad_mask": mask}),
+                strict=True,
+            )
+        )
+        for name, x in state.statics.items():  # cross-attention keys and values: (B, N, S, D)
+            assert x.shape[2] == width and np.array_equal(x[:, :, :S], raw[name]) and not x[:, :, S:].any()
