@@ -31,7 +31,7 @@ from export.pipeline import ExportOptions, export_run
 from export.quantize import OP_TYPES, batching_changes
 from export.requantize import requantize_bundle
 from service.engine.bundle import load_bundle
-from service.engine.onnx_model import SOURCE_CHUNK
+from service.engine.onnx_model import SOURCE_CHUNK, rounded_up
 from service.engine.tokenizer import Tokenizer
 from service.engine.translator import Translator
 from tests.export.test_export_families import make_run
@@ -211,7 +211,7 @@ def test_one_row_matmuls_over_the_padded_axis_are_exact_at_the_widths_the_servic
     for length in range(1, 41):
         weights = RNG.random((2, 4, 1, length), dtype=np.float32)
         values = RNG.standard_normal((2, 4, length, 16)).astype(np.float32)
-        chunk = -(-length // SOURCE_CHUNK) * SOURCE_CHUNK
+        chunk = rounded_up(length, SOURCE_CHUNK)
         alone = run(padded, zero_padded(weights, values, chunk), LEVELS.ORT_ENABLE_ALL)
         np.testing.assert_allclose(alone, weights @ values, rtol=1e-5, atol=1e-5)
         for width in range(chunk + SOURCE_CHUNK, 65, SOURCE_CHUNK):

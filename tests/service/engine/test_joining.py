@@ -12,7 +12,7 @@ import pytest
 
 from service.engine import onnx_model
 from service.engine.bundle import load_bundle
-from service.engine.onnx_model import CACHE_CHUNK, SOURCE_CHUNK, OnnxSeq2Seq, OnnxState
+from service.engine.onnx_model import CACHE_CHUNK, SOURCE_CHUNK, OnnxSeq2Seq, OnnxState, rounded_up
 from service.engine.search import Cohort, Hypothesis
 from service.engine.translator import SearchOptions, Translator, pad_ids
 from tests.support.synthetic import synthetic_pairs
@@ -22,11 +22,6 @@ def sources(translator: Translator) -> list[list[int]]:
     english = [en for en, _ in synthetic_pairs()[::37]][:10]
     texts = [*english, " and ".join(english[:4])]  # one long sentence: its source pads the others
     return translator.source_ids(texts)
-
-
-def chunked(width: int) -> int:
-    """A source width as the encoder is given it: padded to a multiple of SOURCE_CHUNK."""
-    return -(-width // SOURCE_CHUNK) * SOURCE_CHUNK
 
 
 def decoded(cohort: Cohort[OnnxState], found: dict[int, Hypothesis], steps: int | None = None) -> None:
@@ -78,11 +73,12 @@ def test_rows_that_leave_take_their_source_and_cache_slots_with_them(bundle_dir:
     greedy = SearchOptions(beam_size=1)
     cohort = translator.begin([long], greedy)
     cohort.join(translator.begin([short], greedy))
-    assert cohort.state.src_pad_mask.shape[1] == chunked(len(long))
-    assert chunked(len(short)) <= 0.75 * chunked(len(long))  # short enough that the cut is worth a copy
+    wide, narrow = rounded_up(len(long), SOURCE_CHUNK), rounded_up(len(short), SOURCE_CHUNK)
+    assert cohort.state.src_pad_mask.shape[1] == wide
+    assert narrow <= 0.75 * wide  # short enough that the cut is worth a copy
     cohort.drop({0})  # the long sentence's caller left
-    assert cohort.state.src_pad_mask.shape[1] == chunked(len(short))  # the source axis cut to what is left
-    assert all(v.shape[2] == chunked(len(short)) for k, v in cohort.state.statics.items())
+    assert cohort.state.src_pad_mask.shape[1] == narrow  # the source axis cut to what is left
+    assert all(v.shape[2] == narrow for k, v in cohort.state.statics.items())
 
     state = model.encode(*pad_ids([short, short]))
     state.state["positions"] = np.array([40, 3])  # row 0 has written 40 slots, row 1 three

@@ -13,7 +13,13 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from service.engine.bundle import load_bundle
-from service.engine.onnx_model import DECODER_DISABLED_OPTIMIZERS, SOURCE_CHUNK, SessionConfig, make_session
+from service.engine.onnx_model import (
+    DECODER_DISABLED_OPTIMIZERS,
+    SOURCE_CHUNK,
+    SessionConfig,
+    make_session,
+    rounded_up,
+)
 from service.engine.translator import Translator, pad_ids
 
 RNG = np.random.default_rng(0)
@@ -53,7 +59,7 @@ def test_cross_attention_scores_are_exact_at_chunked_widths(tmp_path: Path) -> N
     for length in range(1, 41):
         q = RNG.standard_normal((3, 4, 1, 64)).astype(np.float32)
         k = RNG.standard_normal((3, 4, length, 64)).astype(np.float32)
-        chunk = -(-length // SOURCE_CHUNK) * SOURCE_CHUNK
+        chunk = rounded_up(length, SOURCE_CHUNK)
         alone = scores(session, q[:1], k[:1], chunk)
         np.testing.assert_allclose(alone, (q[:1] @ k[:1].transpose(0, 1, 3, 2)) / 8, rtol=1e-5, atol=1e-5)
         for width in range(chunk, 65, SOURCE_CHUNK):
