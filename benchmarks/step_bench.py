@@ -3,12 +3,13 @@
     git show 9d7b3f9:bundles/en-zh/decoder.onnx > /tmp/traced.onnx     # the traced step graph
     python -m benchmarks.step_bench /tmp/traced.onnx bundles/en-zh/decoder.onnx [--batch 1 32 128]
 
-Every graph gets the same random inputs of its declared shapes (20 source tokens, a 32-slot cache
-with every row at position 16, batch as given), is warmed up, then the graphs run in interleaved
-rounds (50 steps each, order rotating) on one thread; the medians are printed with each graph's
-speed relative to the first. A graph whose state includes whole caches copies them as the
-service would see them; one that returns only the step's entry is timed without the service's
-in-place write (a (B, N, D) numpy assignment per layer, microseconds).
+Every graph gets the same random inputs of its declared shapes (24 source tokens, a 32-slot cache
+with every row at position 16, batch as given: widths the service gives, multiples of 8) in a
+session made as the service makes a decoder's (service/engine/onnx_model.py). Each is warmed up,
+then the graphs run in interleaved rounds (50 steps each, order rotating) on one thread; the
+medians are printed with each graph's speed relative to the first. A graph whose state includes
+whole caches copies them as the service would see them; one that returns only the step's entry is
+timed without the service's in-place write (a (B, N, D) numpy assignment per layer, microseconds).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 
-DIMS = {"src_len": 20, "cache_len": 32, "past_len": 32}
+from service.engine.onnx_model import DECODER_DISABLED_OPTIMIZERS, SessionConfig, make_session
+
+DIMS = {"src_len": 24, "cache_len": 32, "past_len": 32}
 
 
 def session(path: str, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    config = SessionConfig(intra_op_threads=threads, inter_op_threads=1, spinning=False)
+    return make_session(path, config, disabled_optimizers=DECODER_DISABLED_OPTIMIZERS)
 
 
 def feeds(sess: ort.InferenceSession, batch: int, seed: int = 0) -> dict[str, npt.NDArray[Any]]:
