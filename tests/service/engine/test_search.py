@@ -338,6 +338,24 @@ def test_rows_with_nan_or_none_take_the_partition() -> None:
     assert top_per_row(np.zeros((0, 6000), np.float32), 8).shape == (0, 8)
 
 
+def test_equal_candidates_go_to_the_lower_row_then_the_lower_token() -> None:
+    """Candidates of one score are ranked by row, then token, whichever sentence they are beside."""
+    log_probs = np.log(np.array([0.4, 0.3, 0.2, 0.1, 0.0, 0.0, 0.0, 0.0], np.float32) + 1e-9)
+
+    def candidates(sentences: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        decode = BeamDecode(np.full(sentences, 10), BOS, EOS, 2, 1, Scoring())
+        decode.cum = np.zeros(2 * sentences)  # both beams alive with equal scores: every row ties
+        return decode._candidates(np.tile(log_probs, (2 * sentences, 1)))
+
+    rows, tokens, scores = candidates(3)
+    np.testing.assert_array_equal(rows, [[0, 1, 0, 1], [2, 3, 2, 3], [4, 5, 4, 5]])
+    np.testing.assert_array_equal(tokens, np.tile([0, 0, 1, 1], (3, 1)))
+    alone_rows, alone_tokens, alone_scores = candidates(1)
+    np.testing.assert_array_equal(alone_rows[0], rows[1] - 2)  # sentence 1's rows start at 2
+    np.testing.assert_array_equal(alone_tokens[0], tokens[1])
+    np.testing.assert_array_equal(alone_scores[0], scores[1])
+
+
 class OneByOne(BeamDecode):
     """The beam step as it reads: every sentence through `_advance`, one after another."""
 
