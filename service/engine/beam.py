@@ -168,16 +168,15 @@ class BeamDecode:
         """Each sentence's K beams (row, token, score: (A, K) each) from its ranked candidates ((A, 2K)
         each), and whether it goes on (A,); finished hypotheses are recorded, done sentences noted."""
         K, A = self.K, len(self.active)
-        _, tokens, scores = ranked
-        beams = (np.empty((A, K), np.int64), np.empty((A, K), np.int64), np.empty((A, K)))
+        rows, tokens, scores = ranked
         # the common case, decided for all sentences at once: none of a sentence's K best ends or is
         # impossible, so they are its beams and nothing finishes (what _advance finds, one by one).
         # transformers' rule may also stop a sentence no beam of which ends: it always goes one by one
-        plain = ~last & (tokens[:, :K] != self.eos_id).all(axis=1) & (scores[:, :K] > -np.inf).all(axis=1)
+        plain = ~last & ((tokens[:, :K] != self.eos_id) & (scores[:, :K] > -np.inf)).all(axis=1)
         plain &= self.scoring.stopping != "transformers"
         if plain.all():  # most steps: the K best are the beams, as they are
-            rows, tokens, scores = ranked
             return (rows[:, :K], tokens[:, :K], scores[:, :K]), plain
+        beams = (np.empty((A, K), np.int64), np.empty((A, K), np.int64), np.empty((A, K)))
         for beam, chosen in zip(beams, ranked, strict=True):
             beam[plain] = chosen[plain, :K]
         going = plain.copy()
