@@ -132,3 +132,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     warmup_text: str = "Hello."
+    check_batch_invariance: bool = Field(
+        True,
+        description="at startup, translate a few texts made from warmup_text alone and in one batch, and "
+        "report whether this CPU's kernels keep each model batch-invariant (/v1/models, /metrics, the log)",
+    )

@@ -33,6 +33,7 @@ from service.api.routes import STATIC_DIR, bodies, router
 from service.api.security import HeaderLimit, SecurityHeaders
 from service.engine.catalog import Catalog, resolve_provider
 from service.engine.errors import EngineError
+from service.engine.invariance import check_batch_invariance
 from service.engine.onnx_model import SessionConfig
 from service.engine.requests import TranslateRequest
 from service.engine.scheduler import SchedulerConfig
@@ -157,10 +158,35 @@ async def _load_and_warm(app: FastAPI) -> None:
     metrics.depth = lambda: service.scheduler.depth
     for name in sorted(catalog.models):  # first runs allocate and optimise
         await service.translate(TranslateRequest(texts=[settings.warmup_text], model=name, beam_size=1))
+    if settings.check_batch_invariance:
+        app.state.invariance = await checked_invariance(service, settings.warmup_text, metrics)
     if app.state.on_ready is not None:
         app.state.on_ready()
     app.state.ready = True
     log.info("ready: %s", ", ".join(sorted(catalog.models)), extra={"event": "ready"})
+
+
+async def checked_invariance(service: TranslationService, text: str, metrics: Metrics) -> dict[str, bool]:
+    """Each model's batch invariance on this CPU (service/engine/invariance.py), logged and exported."""
+    found: dict[str, bool] = {}
+    for name in sorted(service.catalog.models):
+        try:
+            check = await check_batch_invariance(service.translate, name, text)
+        except EngineError as exc:  # MT_WARMUP_TEXT made probes the limits refuse: unchecked, said so
+            log.warning("%s: batch invariance not checked: %s", name, exc.message, extra={"event": "batch_invariance"})
+            continue
+        found[name] = check.invariant
+        metrics.batch_invariant.labels(name).set(int(check.invariant))
+        if check.invariant:
+            log.info("%s: batch-invariant on this CPU (%d translations, alone and batched)", name, check.texts,
+                     extra={"event": "batch_invariance"})  # fmt: skip
+        else:
+            log.warning(
+                "%s: NOT batch-invariant on this CPU: %d of %d translations changed when batched, so a text's "
+                "translation may depend on what it is batched with",
+                name, check.changed, check.texts, extra={"event": "batch_invariance"},
+            )  # fmt: skip
+    return found
 
 
 @asynccontextmanager
@@ -202,6 +228,7 @@ def create_app(
     app.state.draining = False
     app.state.fatal = False
     app.state.load_error = None
+    app.state.invariance = {}  # model -> batch-invariant on this CPU, once checked at startup
     app.state.exit_on_load_failure = exit_on_load_failure
     app.state.on_ready = on_ready
     app.state.access_log = access_log or LoggedAccess()

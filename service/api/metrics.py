@@ -3,7 +3,7 @@
 Under `serve` with several workers (cli/workers.py) every worker's values live in files in
 PROMETHEUS_MULTIPROC_DIR, and /metrics adds them up, whichever worker answers: counters and
 histograms sum, the queue depth sums over live workers (each refreshes its own after every
-request), model info is the workers' maximum.
+request), model info is the workers' maximum, batch invariance their minimum.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class Metrics:
     tokens: Counter
     rejections: Counter
     model_info: Gauge
+    batch_invariant: Gauge
     shared: bool = False  # several workers: values in PROMETHEUS_MULTIPROC_DIR's files
     depth: Callable[[], int] = field(default=lambda: 0)  # the scheduler's, once the models are loaded
 
@@ -60,6 +61,13 @@ class Metrics:
                 ["name", "source", "target", "family", "attention", "quantization", "provider"],
                 registry=r,
                 multiprocess_mode="max",
+            ),
+            batch_invariant=Gauge(
+                "translator_batch_invariant",
+                "1 when the startup check found a model's translations the same alone and batched on this CPU",
+                ["name"],
+                registry=r,
+                multiprocess_mode="min",
             ),
             shared=shared,
         )

@@ -111,7 +111,7 @@ async def attention_svg(body: SvgBody, request: Request) -> Response:
     return Response(svg, media_type="image/svg+xml")
 
 
-def describe(name: str, catalog: Catalog) -> dict[str, Any]:
+def describe(name: str, catalog: Catalog, invariance: dict[str, bool]) -> dict[str, Any]:
     m = catalog.models[name].manifest
     return {
         "name": m.name,
@@ -132,6 +132,8 @@ def describe(name: str, catalog: Catalog) -> dict[str, Any]:
         "tokenizer": {"kind": m.tokenizers.kind, "target_token": m.tokenizers.target_token},
         "origin": m.provenance.origin,
         "default_for": [f"{s}-{t}" for (s, t), n in catalog.defaults.items() if n == name],
+        # the startup check on this CPU (None: not checked), where quantization.batch_invariant is the export's
+        "batch_invariant_here": invariance.get(name),
     }
 
 
@@ -140,7 +142,7 @@ async def models(request: Request) -> dict[str, Any]:
     """The loaded models, and the default model of each language pair."""
     catalog: Catalog = service_of(request).catalog
     return {
-        "models": [describe(name, catalog) for name in sorted(catalog.models)],
+        "models": [describe(name, catalog, request.app.state.invariance) for name in sorted(catalog.models)],
         "defaults": {f"{s}-{t}": name for (s, t), name in sorted(catalog.defaults.items())},
     }
 
@@ -153,7 +155,7 @@ async def model(name: str, request: Request) -> Any:
         return error_response(
             404, "unknown_model", f"no model named {name!r}; loaded: {', '.join(sorted(catalog.models))}", "name"
         )
-    return describe(name, catalog)
+    return describe(name, catalog, request.app.state.invariance)
 
 
 @router.get("/", include_in_schema=False)
