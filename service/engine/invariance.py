@@ -33,7 +33,7 @@ def probe_texts(text: str) -> list[str]:
 class InvarianceCheck:
     model: str
     texts: int  # translations compared, alone against batched
-    changed: int  # of them, those whose text, tokens or score differed
+    changed: int  # of them, those whose text, score, tokens, token log-probs or attention differed
 
     @property
     def invariant(self) -> bool:

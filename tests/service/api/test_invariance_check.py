@@ -57,6 +57,21 @@ def test_the_check_can_be_turned_off(bundle_dir: Path) -> None:
     assert samples == {}
 
 
+def test_probes_the_limits_refuse_leave_it_unchecked_and_say_so(
+    bundle_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three texts where a request may hold two: the service starts, says it could not check, and
+    reports nothing rather than a verdict."""
+    settings = Settings(bundles=bundle_dir, max_texts=2)
+    with caplog.at_level(logging.WARNING, logger="attention_mt"), TestClient(create_app(settings)) as c:
+        wait_ready(c)
+        models, samples = checked(c)
+    assert models and all(found is None for found in models.values())
+    assert samples == {}
+    assert all(any(r.getMessage().startswith(f"{name}: batch invariance not checked") for r in caplog.records)
+               for name in models)  # fmt: skip
+
+
 def test_the_probes_grow_and_stay_one_sentence_each() -> None:
     texts = probe_texts("Hello.")
     assert [len(t) for t in texts] == sorted(len(t) for t in texts) and len(set(texts)) == 3
