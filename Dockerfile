@@ -21,6 +21,15 @@ RUN if ! command -v python3 >/dev/null || ! python3 -c "import venv, ensurepip" 
 FROM python-base AS build
 ARG VARIANT
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# a C compiler for the package's beam-selection kernel (service/engine/_native.c), in this stage only:
+# the runtime stage gets the built module, not the compiler. Python's headers come with python:*-slim;
+# a distribution's python3 (the CUDA base) needs python3-dev for them.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && if ! python -c "import os, sysconfig; os.stat(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null; then \
+         apt-get install -y --no-install-recommends python3-dev; \
+       fi \
+    && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 # dependencies first: this layer is reused until the pins change
 COPY requirements/serve-${VARIANT}.txt /tmp/requirements.txt
@@ -29,7 +38,8 @@ RUN /opt/venv/bin/pip install -r /tmp/requirements.txt
 COPY pyproject.toml README.md /src/
 COPY service/ /src/service/
 COPY cli/ /src/cli/
-RUN /opt/venv/bin/pip install --no-deps /src
+RUN /opt/venv/bin/pip install --no-deps /src \
+    && /opt/venv/bin/python -c "from service.engine import native; assert native.available(), 'the C kernel did not build'"
 
 # ---- runtime ------------------------------------------------------------------------------------
 FROM python-base AS runtime

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from service.engine.native import top_per_row as top_per_row_native
 from service.engine.row_order import gap_filling
 from service.engine.scoring import FloatArray, Hypothesis, IntArray, Scoring, against_repeats, force_eos
 
@@ -67,30 +68,40 @@ def top_per_row(values: FloatArray, n: int) -> IntArray:
     """The columns of each row's n largest values (N, n), ascending by column. Among equal values at
     the boundary the lower columns are chosen, whatever the other rows.
 
-    The columns are split into groups of GROUP (group g: columns g, g + G, g + 2G, ...). The n-th
-    largest group maximum is a floor: n values reach it (the maxima of the n best groups), so a row's
-    n largest all do, and few others (only values of those n groups can exceed it). The rows are read
-    once for the group maxima and once against the floor, and only what reaches it is sorted. That
-    took 35, 170 and 613 us at 4, 32 and 128 rows x 8,000 where partitioning the best groups' columns
-    took 57, 332 and 1,243 (AMD EPYC; docs/benchmarks.md); argpartition over whole rows costs what
-    numpy's selection kernel costs on the CPU at hand (4.5x the group search at 4 rows there). A
-    vocabulary under 2n groups, and a row with fewer than n values at its floor (NaN), take
-    argpartition."""
+    The C kernel (service/engine/native.py) reads each row once against a heap of its n best: 2, 6, 46
+    and 180 us at 1, 4, 32 and 128 rows x 8,000 (n = 8) where the numpy below took 20, 32, 167 and 614
+    (AMD EPYC; docs/benchmarks.md), and it lets go of the interpreter lock meanwhile. Where it
+    is not built, or does not apply, numpy: the columns are split into groups of GROUP (group g:
+    columns g, g + G, g + 2G, ...). The n-th largest group maximum is a floor: n values reach it (the
+    maxima of the n best groups), so a row's n largest all do, and few others (only values of those n
+    groups can exceed it). The rows are read once for the group maxima and once against the floor,
+    and only what reaches it is sorted. A vocabulary under 2n groups takes a stable sort. A row with
+    a NaN takes argpartition, whose order for it is numpy's (NaN above everything)."""
+    native = top_per_row_native(values, n)
+    if native is not None:
+        return native
     N, V = values.shape
     G = V // GROUP
-    if 2 * n > G or N == 0:
-        return _argpartition_per_row(values, n)
+    if N == 0:
+        return np.zeros((0, n), dtype=np.int64)
+    if 2 * n > G:
+        return _stably_sorted_per_row(values, n)
     values = np.ascontiguousarray(values)
     grouped = values[:, : GROUP * G].reshape(N, GROUP, G)  # a view: each row's columns split, the tail left out
     floor = np.partition(grouped.max(axis=1), G - n, axis=1)[:, G - n : G - n + 1]  # (N, 1)
     reached = np.flatnonzero(values >= floor)  # by row, then column
     rows = reached // V
     starts = np.searchsorted(rows, np.arange(N + 1))  # (N + 1,) each row's run in `reached`
-    if (starts[1:] - starts[:-1] < n).any():
+    if (starts[1:] - starts[:-1] < n).any():  # a NaN compares false with the floor
         return _argpartition_per_row(values, n)
     ranked = np.lexsort((-values.ravel()[reached], rows))  # by row, then value descending, then column
     picked = reached[ranked[(starts[:-1, None] + np.arange(n)).ravel()]]  # (N·n,)
     return np.sort((picked % V).reshape(N, n), axis=1)
+
+
+def _stably_sorted_per_row(values: FloatArray, n: int) -> IntArray:
+    """A small vocabulary's rows sorted whole, stably: equal values keep their column order."""
+    return np.sort(np.argsort(-values, axis=1, kind="stable")[:, :n], axis=1)
 
 
 def _argpartition_per_row(values: FloatArray, n: int) -> IntArray:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.engine import beam, native
 from service.engine.beam import BeamDecode, top_per_row
 from service.engine.search import (
     Cohort,
@@ -294,11 +295,21 @@ def test_repetition_penalty_makes_written_tokens_less_likely() -> None:
     assert penalised.tokens == [5, 6, EOS]
 
 
-@pytest.mark.parametrize(("rows", "vocab"), [(4, 6000), (40, 6000), (3, 65001), (2, 10)])
-def test_each_rows_best_tokens_are_found_whichever_way(rows: int, vocab: int) -> None:
-    """top_per_row's group search and its argpartition (a vocabulary under 2n groups) agree with a
-    full sort, -inf (suppressed tokens) and equal values among the best included; the columns come
-    back ascending."""
+@pytest.fixture(params=["C", "numpy"])
+def selection(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """top_per_row by the C kernel, then with it out of the way (an install without a compiler)."""
+    if request.param == "C" and native.available() is None:
+        pytest.fail("the C kernel is not built: pip install -e . needs a C compiler (see pyproject.toml)")
+    if request.param == "numpy":
+        monkeypatch.setattr(beam, "top_per_row_native", lambda values, n: None)
+    return str(request.param)
+
+
+@pytest.mark.parametrize(("rows", "vocab"), [(4, 6000), (40, 6000), (3, 65001), (2, 10), (3, 1000)])
+def test_each_rows_best_tokens_are_found_whichever_way(rows: int, vocab: int, selection: str) -> None:
+    """top_per_row (the C kernel; numpy's group search and, for a vocabulary under 2n groups, its
+    stable sort) agrees with a full sort, -inf (suppressed tokens) and equal values among the best
+    included; the columns come back ascending."""
     rng = np.random.default_rng(rows)
     n = n_top = min(8, vocab)
     values = rng.standard_normal((rows, vocab)).astype(np.float32)
@@ -309,8 +320,8 @@ def test_each_rows_best_tokens_are_found_whichever_way(rows: int, vocab: int) ->
     np.testing.assert_array_equal(got, np.sort(order[:, :n], axis=1))
 
 
-@pytest.mark.parametrize("vocab", [6000, 10])
-def test_equal_values_at_the_boundary_go_to_the_lower_columns_whatever_the_batch(vocab: int) -> None:
+@pytest.mark.parametrize("vocab", [6000, 1000, 10])
+def test_equal_values_at_the_boundary_go_to_the_lower_columns_whatever_the_batch(vocab: int, selection: str) -> None:
     """A row's choice among equal values at the n-th place is its lowest columns, alone or beside
     other rows: batch invariance needs a rule, not whatever a partition leaves."""
     rng = np.random.default_rng(1)
@@ -320,13 +331,56 @@ def test_equal_values_at_the_boundary_go_to_the_lower_columns_whatever_the_batch
     others = rng.standard_normal((5, vocab)).astype(np.float32)
     alone = top_per_row(row[None], 4)
     batched = top_per_row(np.vstack([others[:2], row, others[2:]]), 4)[2:3]
-    want = np.sort(tied)[:4][None]
-    if vocab > 2 * 4 * 64:  # the group search; argpartition's choice among equals is its own
-        np.testing.assert_array_equal(alone, want)
+    np.testing.assert_array_equal(alone, np.sort(tied)[:4][None])
     np.testing.assert_array_equal(batched, alone)
 
 
-def test_rows_with_nan_or_none_take_the_partition() -> None:
+def test_the_kernel_and_numpy_choose_the_same_columns_on_many_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values on a coarse grid (ties everywhere, at every place), -inf among them, rows from 1 to
+    40, n from 1 to 16: the C kernel's columns, by either of its paths, are numpy's, bit for bit."""
+    if native.available() is None:
+        pytest.fail("the C kernel is not built: pip install -e . needs a C compiler (see pyproject.toml)")
+    rng = np.random.default_rng(3)
+    cases = []
+    for _ in range(60):
+        rows, vocab, n = int(rng.integers(1, 41)), int(rng.integers(20, 9000)), int(rng.integers(1, 17))
+        values = (np.round(rng.standard_normal((rows, vocab)) * 3) / 3).astype(np.float32)
+        values[rng.random((rows, vocab)) < 0.01] = -np.inf
+        cases.append((values, min(n, vocab)))
+    by_kernel = [top_per_row(values, n) for values, n in cases]
+    portable = []  # the kernel's path for CPUs without AVX2, on this one
+    for values, n in cases:
+        out = np.empty((len(values), n), np.int64)
+        assert native._native.top_per_row(values, n, out, False)  # type: ignore[union-attr]
+        portable.append(out)
+    monkeypatch.setattr(beam, "top_per_row_native", lambda values, n: None)
+    for (values, n), got, scalar in zip(cases, by_kernel, portable, strict=True):
+        np.testing.assert_array_equal(got, top_per_row(values, n))
+        np.testing.assert_array_equal(scalar, got)
+
+
+def test_the_kernel_declines_what_it_does_not_take() -> None:
+    """NaN rows, float64, n over 64 or over the columns: None (numpy answers them); bad buffers: a
+    ValueError from the kernel, not a crash."""
+    if native.available() is None:
+        pytest.fail("the C kernel is not built: pip install -e . needs a C compiler (see pyproject.toml)")
+    values = np.random.default_rng(4).standard_normal((3, 500)).astype(np.float32)
+    assert native.top_per_row(values, 8) is not None
+    with_nan = values.copy()
+    with_nan[1, 321] = np.nan
+    assert native.top_per_row(with_nan, 8) is None
+    assert native.top_per_row(values.astype(np.float64), 8) is None
+    assert native.top_per_row(values, 65) is None and native.top_per_row(values[:, :4], 8) is None
+    out = np.empty((3, 8), np.int64)
+    with pytest.raises(ValueError, match="float32"):
+        native._native.top_per_row(values.astype(np.float64), 8, out)  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match=r"\(rows, n\)"):
+        native._native.top_per_row(values, 8, np.empty((3, 7), np.int64))  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="contiguous"):
+        native._native.top_per_row(values[:, ::2], 8, out)  # type: ignore[union-attr]
+
+
+def test_rows_with_nan_or_none_take_the_partition(selection: str) -> None:
     """A row short of n values at its floor (NaN compares false) is answered as argpartition
     answers it, not with another row's columns; no rows, no columns."""
     rng = np.random.default_rng(2)

@@ -1,0 +1,303 @@
+/* Two steps of the decoding loop in C, where numpy takes several passes or several calls.
+
+   top_per_row(values, n, out[, avx2]) -> bool
+     values: (N, V) float32, C-contiguous (any object with the buffer protocol: a numpy array)
+     out:    (N, n) int64, C-contiguous, writable: each row's columns of its n largest values,
+             ascending by column. Among equal values the lower columns are chosen.
+     Returns False, leaving `out` unspecified, when a row holds a NaN (the caller decides what
+     a NaN means; numpy's selection orders it above everything). avx2=False takes the portable
+     path on any CPU (the tests check both).
+
+   Each row is read once: a heap keeps the n best so far (its root the worst of them), and eight
+   values at a time are compared against that root, so a block none of whose values can enter
+   costs one comparison (AVX2 where the CPU has it, checked at run time). A value enters only when
+   it is strictly greater than the root: columns arrive in ascending order, so among equal values
+   the earlier, lower column stays. The interpreter lock is released while rows are read.
+
+   write_slots(caches, values, positions) -> None
+     caches:    a tuple of (B, H, P, D) float32 arrays, C-contiguous, writable (a step's KV caches)
+     values:    a tuple as long, of (B, H, D) float32 arrays, C-contiguous (the step's keys, values)
+     positions: (B,) int64, each row's slot, in 0..P-1
+     Row b's values[b] go to cache[b, :, positions[b], :], for every pair: what numpy's fancy
+     assignment does a cache a call (6 calls a step for a 3-layer decoder), in one.
+
+   Built as an optional extension (pyproject.toml): without a C compiler the package installs
+   without it and service/engine/native.py falls back to numpy. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+#endif
+
+#define MAX_N 64
+
+typedef struct {
+    float value[MAX_N];
+    int64_t column[MAX_N];
+    int64_t size;
+} Heap;
+
+/* a is worse than b: smaller, or equal and at a higher column */
+static inline int worse(float av, int64_t ac, float bv, int64_t bc) { return av < bv || (av == bv && ac > bc); }
+
+static inline void heap_push(Heap *h, float v, int64_t c) {
+    int64_t i = h->size++;
+    while (i > 0) {
+        int64_t parent = (i - 1) / 2;
+        if (worse(h->value[parent], h->column[parent], v, c)) break;
+        h->value[i] = h->value[parent];
+        h->column[i] = h->column[parent];
+        i = parent;
+    }
+    h->value[i] = v;
+    h->column[i] = c;
+}
+
+static inline void heap_replace_root(Heap *h, float v, int64_t c) {
+    int64_t i = 0, n = h->size;
+    for (;;) {
+        int64_t left = 2 * i + 1, right = left + 1, m = i;
+        float mv = v;
+        int64_t mc = c;
+        if (left < n && worse(h->value[left], h->column[left], mv, mc)) {
+            m = left;
+            mv = h->value[left];
+            mc = h->column[left];
+        }
+        if (right < n && worse(h->value[right], h->column[right], mv, mc)) m = right;
+        if (m == i) break;
+        h->value[i] = h->value[m];
+        h->column[i] = h->column[m];
+        i = m;
+    }
+    h->value[i] = v;
+    h->column[i] = c;
+}
+
+/* 0 on a NaN */
+static inline int offer(Heap *h, int64_t n, float v, int64_t c) {
+    if (isnan(v)) return 0;
+    if (h->size < n)
+        heap_push(h, v, c);
+    else if (v > h->value[0])
+        heap_replace_root(h, v, c);
+    return 1;
+}
+
+static int64_t scan_scalar(Heap *h, int64_t n, const float *row, int64_t from, int64_t V) {
+    for (int64_t c = from; c < V; c++)
+        if (!offer(h, n, row[c], c)) return -1;
+    return V;
+}
+
+#ifdef HAVE_AVX2_PATH
+__attribute__((target("avx2"))) static int64_t scan_avx2(Heap *h, int64_t n, const float *row, int64_t from, int64_t V) {
+    int64_t c = from;
+    for (; c + 8 <= V; c += 8) {
+        /* not less-or-equal, unordered: true for a value above the root and for a NaN */
+        __m256 block = _mm256_loadu_ps(row + c);
+        int mask = _mm256_movemask_ps(_mm256_cmp_ps(block, _mm256_set1_ps(h->value[0]), _CMP_NLE_UQ));
+        while (mask) {
+            int k = __builtin_ctz(mask);
+            mask &= mask - 1;
+            if (!offer(h, n, row[c + k], c + k)) return -1;
+        }
+    }
+    return c;
+}
+#endif
+
+/* 1 done, 0 a NaN */
+static int select_rows(const float *values, int64_t N, int64_t V, int64_t n, int64_t *out, int avx2) {
+    for (int64_t r = 0; r < N; r++) {
+        const float *row = values + r * V;
+        Heap h;
+        h.size = 0;
+        int64_t c = 0;
+        for (; c < V && h.size < n; c++)
+            if (!offer(&h, n, row[c], c)) return 0;
+#ifdef HAVE_AVX2_PATH
+        if (avx2) {
+            c = scan_avx2(&h, n, row, c, V);
+            if (c < 0) return 0;
+        }
+#else
+        (void)avx2;
+#endif
+        if (scan_scalar(&h, n, row, c, V) < 0) return 0;
+        int64_t *o = out + r * n;  /* the heap's columns, ascending (n is small: insertion sort) */
+        for (int64_t i = 0; i < n; i++) {
+            int64_t x = h.column[i], j = i - 1;
+            while (j >= 0 && o[j] > x) {
+                o[j + 1] = o[j];
+                j--;
+            }
+            o[j + 1] = x;
+        }
+    }
+    return 1;
+}
+
+static int cpu_has_avx2(void) {
+#ifdef HAVE_AVX2_PATH
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
+static int AVX2 = 0;
+
+static PyObject *top_per_row(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *values_obj, *out_obj;
+    Py_ssize_t n;
+    int avx2 = AVX2;
+    if (!PyArg_ParseTuple(args, "OnO|p", &values_obj, &n, &out_obj, &avx2)) return NULL;
+    Py_buffer values, out;
+    if (PyObject_GetBuffer(values_obj, &values, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&values);
+        return NULL;
+    }
+    const char *problem = NULL;
+    if (values.ndim != 2 || values.itemsize != 4 || strcmp(values.format, "f") != 0)
+        problem = "values must be a 2-D float32 array";
+    else if (out.ndim != 2 || out.itemsize != 8 || (strcmp(out.format, "q") != 0 && strcmp(out.format, "l") != 0))
+        problem = "out must be a 2-D int64 array";
+    else if (n < 1 || n > MAX_N || n > values.shape[1])
+        problem = "n must be in 1..min(64, columns)";
+    else if (out.shape[0] != values.shape[0] || out.shape[1] != n)
+        problem = "out must be (rows, n)";
+    int done = 0;
+    if (!problem) {
+        Py_BEGIN_ALLOW_THREADS
+        done = select_rows((const float *)values.buf, values.shape[0], values.shape[1], n, (int64_t *)out.buf, avx2 && AVX2);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&out);
+    if (problem) {
+        PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    return PyBool_FromLong(done);
+}
+
+
+/* ---- write_slots ---------------------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer cache, value;
+} SlotPair;
+
+static const char *check_pair(const SlotPair *p, const Py_buffer *positions) {
+    const Py_buffer *c = &p->cache, *v = &p->value;
+    if (c->ndim != 4 || c->itemsize != 4 || strcmp(c->format, "f") != 0) return "each cache must be a 4-D float32 array";
+    if (v->ndim != 3 || v->itemsize != 4 || strcmp(v->format, "f") != 0) return "each value must be a 3-D float32 array";
+    if (v->shape[0] != c->shape[0] || v->shape[1] != c->shape[1] || v->shape[2] != c->shape[3])
+        return "a value must be (B, H, D) for its (B, H, P, D) cache";
+    if (positions->shape[0] != c->shape[0]) return "positions must have one slot a row";
+    return NULL;
+}
+
+static void copy_slots(const SlotPair *p, const int64_t *positions) {
+    const Py_ssize_t B = p->cache.shape[0], H = p->cache.shape[1], P = p->cache.shape[2], D = p->cache.shape[3];
+    float *cache = (float *)p->cache.buf;
+    const float *value = (const float *)p->value.buf;
+    for (Py_ssize_t b = 0; b < B; b++)
+        for (Py_ssize_t h = 0; h < H; h++)
+            memcpy(cache + ((b * H + h) * P + positions[b]) * D, value + (b * H + h) * D, (size_t)D * sizeof(float));
+}
+
+/* the buffers of every pair, or NULL with an exception set; *held counts the pairs to release */
+static const char *take_pairs(PyObject *caches, PyObject *values, const Py_buffer *positions, SlotPair *pairs,
+                              Py_ssize_t count, Py_ssize_t *held) {
+    for (*held = 0; *held < count; (*held)++) {
+        SlotPair *p = &pairs[*held];
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(caches, *held), &p->cache, flags | PyBUF_WRITABLE) < 0) return "";
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(values, *held), &p->value, flags) < 0) {
+            PyBuffer_Release(&p->cache);
+            return "";
+        }
+        const char *problem = check_pair(p, positions);
+        if (problem) {
+            (*held)++;
+            return problem;
+        }
+        const int64_t *slot = (const int64_t *)positions->buf;
+        for (Py_ssize_t b = 0; b < positions->shape[0]; b++)
+            if (slot[b] < 0 || slot[b] >= p->cache.shape[2]) {
+                (*held)++;
+                return "a position is outside its cache";
+            }
+    }
+    return NULL;
+}
+
+static PyObject *write_slots(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *caches, *values, *positions_obj;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyTuple_Type, &caches, &PyTuple_Type, &values, &positions_obj)) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(caches), held = 0;
+    if (PyTuple_GET_SIZE(values) != count) {
+        PyErr_SetString(PyExc_ValueError, "one value a cache");
+        return NULL;
+    }
+    Py_buffer positions;
+    if (PyObject_GetBuffer(positions_obj, &positions, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    SlotPair *pairs = PyMem_Calloc((size_t)(count ? count : 1), sizeof(SlotPair));
+    const char *problem = NULL;
+    if (!pairs)
+        problem = "out of memory";
+    else if (positions.ndim != 1 || positions.itemsize != 8 ||
+             (strcmp(positions.format, "q") != 0 && strcmp(positions.format, "l") != 0))
+        problem = "positions must be a 1-D int64 array";
+    else
+        problem = take_pairs(caches, values, &positions, pairs, count, &held);
+    if (!problem) {
+        const int64_t *slot = (const int64_t *)positions.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < count; i++) copy_slots(&pairs[i], slot);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t i = 0; i < held; i++) {
+        PyBuffer_Release(&pairs[i].cache);
+        PyBuffer_Release(&pairs[i].value);
+    }
+    PyMem_Free(pairs);
+    PyBuffer_Release(&positions);
+    if (!problem) Py_RETURN_NONE;
+    if (*problem) PyErr_SetString(PyExc_ValueError, problem);  /* "": the buffer protocol's own error is set */
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"top_per_row", top_per_row, METH_VARARGS,
+     "top_per_row(values, n, out[, avx2]) -> bool: each row's columns of its n largest values into out, ascending; "
+     "lower columns among equal values. False when a row holds a NaN."},
+    {"write_slots", write_slots, METH_VARARGS,
+     "write_slots(caches, values, positions): each row's value into its cache slot, for every cache."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", "Steps of the decoding loop in C (service/engine/native.py).", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    AVX2 = cpu_has_avx2();
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "AVX2", AVX2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

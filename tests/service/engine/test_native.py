@@ -1,0 +1,93 @@
+"""The C kernels (service/engine/_native.c) against the numpy they replace: the same cache
+slots written, the same translations, and a clean refusal of what they do not take. The beam
+selection's kernel is tested with the search (test_search.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.engine import beam, native
+from service.engine.bundle import load_bundle
+from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig, write_slots
+from service.engine.search import beam_search, greedy_search
+from service.engine.translator import pad_ids
+
+
+@pytest.fixture(autouse=True)
+def built() -> None:
+    if native.available() is None:
+        pytest.fail("the C kernel is not built: pip install -e . needs a C compiler (see pyproject.toml)")
+
+
+def caches_and_values(rows: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    caches = [rng.standard_normal((rows, 4, 16, 8)).astype(np.float32) for _ in range(6)]
+    values = [rng.standard_normal((rows, 4, 8)).astype(np.float32) for _ in range(6)]
+    return caches, values, rng.integers(0, 16, rows)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_every_cache_gets_each_rows_entry_at_its_slot(rows: int) -> None:
+    caches, values, positions = caches_and_values(rows, rows)
+    expected = [c.copy() for c in caches]
+    for cache, value in zip(expected, values, strict=True):
+        write_slots(cache, positions, value, batch_axis=0, slot_axis=2)
+    assert native.write_slots(caches, values, positions)
+    for got, want in zip(caches, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_what_the_kernel_does_not_take_is_left_untouched() -> None:
+    """A float64 cache, a strided view, a position past the cache, a value of the wrong shape:
+    False and nothing written, in any of the caches (numpy answers them as it always did)."""
+    caches, values, positions = caches_and_values(3, 7)
+    before = [c.copy() for c in caches]
+    bad_cases = [
+        ([*caches[:5], caches[5].astype(np.float64)], values, positions),
+        ([*caches[:5], caches[5][:, :, ::2]], values, positions),
+        (caches, values, np.array([0, 16, 2])),
+        (caches, values, np.array([0, -1, 2])),
+        (caches, [*values[:5], values[5][:, :3]], positions),
+        (caches, values, positions[:2]),
+        (caches, values, positions.astype(np.int32)),
+        (caches, values[:5], positions),
+    ]
+    for bad_caches, bad_values, bad_positions in bad_cases:
+        assert not native.write_slots(bad_caches, bad_values, bad_positions)
+    for got, want in zip(caches, before, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_read_only_cache_is_refused() -> None:
+    caches, values, positions = caches_and_values(2, 9)
+    caches[3].flags.writeable = False
+    assert not native.write_slots(caches, values, positions)
+
+
+def test_translations_are_the_same_with_the_kernels_or_numpy(bundle_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real bundle decoded greedy and at beam 4, a batch of mixed lengths: hypotheses, token
+    log-probs, attention and scores equal to the bit with the kernels and with numpy alone."""
+    bundle = load_bundle(bundle_dir / "en-zh")
+    model = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1))
+    assert model._kernel_slots  # the kernel is on the path under test
+    sources = [[5, 9, 14, 3], [7, 3], [11, 12, 13, 21, 8, 6, 3], [4, 4, 9, 3]]
+    special = bundle.manifest.special_ids
+
+    def decode() -> list[tuple[list[int], list[float], bytes, float]]:
+        ids, mask = pad_ids(sources)
+        lengths = np.full(len(sources), 12)
+        greedy = [[h] for h in greedy_search(model, model.encode(ids, mask), lengths, special.bos, special.eos)]
+        beams = beam_search(model, model.encode(ids, mask), lengths, special.bos, special.eos, 4, 2)
+        return [
+            (h.tokens, list(h.token_log_probs), np.ascontiguousarray(h.attention).tobytes(), h.score)
+            for nbest in greedy + beams
+            for h in nbest
+        ]
+
+    with_kernels = decode()
+    monkeypatch.setattr(native, "write_slots", lambda caches, values, positions: False)
+    monkeypatch.setattr(beam, "top_per_row_native", lambda values, n: None)
+    assert decode() == with_kernels
