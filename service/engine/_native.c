@@ -14,6 +14,19 @@
    it is strictly greater than the root: columns arrive in ascending order, so among equal values
    the earlier, lower column stays. The interpreter lock is released while rows are read.
 
+   beam_candidates(log_probs, cum, K, n, rows, tokens, totals[, avx2]) -> bool
+     log_probs: (A*K, V) float32; cum: (A*K,) float64, each row's cumulative log-prob
+     rows, tokens: (A, C) int64 and totals (A, C) float64, C = min(2K, K*n), written: each sentence's
+             C best continuations over its K rows' n best tokens (top_per_row), best first; equal
+             totals go to the lower row, then the lower token, as numpy's stable sort leaves them.
+     Returns False when a total is NaN (numpy then answers).
+
+   move_rows(arrays, rows, moved) -> None
+     arrays: a tuple of C-contiguous, writable arrays, batch first, at least len(rows) rows each
+     rows:   (n,) int64, the row each place takes; moved: int64, the places whose row changes
+     In place, every array: x[moved] = x[rows[moved]], the sources read before any is overwritten.
+     What a beam's reorder does to each of its caches (two fancy-indexing passes, or a take), in one.
+
    write_slots(caches, values, positions) -> None
      caches:    a tuple of (B, H, P, D) float32 arrays, C-contiguous, writable (a step's KV caches)
      values:    a tuple as long, of (B, H, D) float32 arrays, C-contiguous (the step's keys, values)
@@ -112,34 +125,36 @@ __attribute__((target("avx2"))) static int64_t scan_avx2(Heap *h, int64_t n, con
 }
 #endif
 
-/* 1 done, 0 a NaN */
-static int select_rows(const float *values, int64_t N, int64_t V, int64_t n, int64_t *out, int avx2) {
-    for (int64_t r = 0; r < N; r++) {
-        const float *row = values + r * V;
-        Heap h;
-        h.size = 0;
-        int64_t c = 0;
-        for (; c < V && h.size < n; c++)
-            if (!offer(&h, n, row[c], c)) return 0;
+/* one row's n best columns into out, ascending; 1 done, 0 a NaN */
+static int select_row(const float *row, int64_t V, int64_t n, int64_t *out, int avx2) {
+    Heap h;
+    h.size = 0;
+    int64_t c = 0;
+    for (; c < V && h.size < n; c++)
+        if (!offer(&h, n, row[c], c)) return 0;
 #ifdef HAVE_AVX2_PATH
-        if (avx2) {
-            c = scan_avx2(&h, n, row, c, V);
-            if (c < 0) return 0;
-        }
-#else
-        (void)avx2;
-#endif
-        if (scan_scalar(&h, n, row, c, V) < 0) return 0;
-        int64_t *o = out + r * n;  /* the heap's columns, ascending (n is small: insertion sort) */
-        for (int64_t i = 0; i < n; i++) {
-            int64_t x = h.column[i], j = i - 1;
-            while (j >= 0 && o[j] > x) {
-                o[j + 1] = o[j];
-                j--;
-            }
-            o[j + 1] = x;
-        }
+    if (avx2) {
+        c = scan_avx2(&h, n, row, c, V);
+        if (c < 0) return 0;
     }
+#else
+    (void)avx2;
+#endif
+    if (scan_scalar(&h, n, row, c, V) < 0) return 0;
+    for (int64_t i = 0; i < n; i++) {  /* the heap's columns, ascending (n is small: insertion sort) */
+        int64_t x = h.column[i], j = i - 1;
+        while (j >= 0 && out[j] > x) {
+            out[j + 1] = out[j];
+            j--;
+        }
+        out[j + 1] = x;
+    }
+    return 1;
+}
+
+static int select_rows(const float *values, int64_t N, int64_t V, int64_t n, int64_t *out, int avx2) {
+    for (int64_t r = 0; r < N; r++)
+        if (!select_row(values + r * V, V, n, out + r * n, avx2)) return 0;
     return 1;
 }
 
@@ -190,6 +205,179 @@ static PyObject *top_per_row(PyObject *self, PyObject *args) {
     return PyBool_FromLong(done);
 }
 
+
+/* ---- beam_candidates --------------------------------------------------------------------------- */
+
+typedef struct {
+    double total;
+    int64_t index;  /* k * n + j: the sentence's row k, its j-th column */
+} Candidate;
+
+/* best first; equal totals by index: the lower row, then the lower column (a stable sort's order) */
+static int best_first(const void *a, const void *b) {
+    const Candidate *x = a, *y = b;
+    if (x->total != y->total) return x->total > y->total ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+typedef struct {
+    const float *log_probs;  /* (A * K, V) */
+    const double *cum;       /* (A * K,) */
+    int64_t A, K, V, n, keep;
+    int64_t *rows, *tokens;  /* (A, keep) */
+    double *totals;          /* (A, keep) */
+} Ranking;
+
+/* 1 done, 0 a NaN */
+static int rank(const Ranking *q, int64_t *columns, Candidate *candidates, int avx2) {
+    const int64_t K = q->K, n = q->n, V = q->V;
+    for (int64_t a = 0; a < q->A; a++) {
+        for (int64_t k = 0; k < K; k++) {
+            int64_t r = a * K + k;
+            if (!select_row(q->log_probs + r * V, V, n, columns + k * n, avx2)) return 0;
+            for (int64_t j = 0; j < n; j++) {
+                double total = q->cum[r] + (double)q->log_probs[r * V + columns[k * n + j]];
+                if (isnan(total)) return 0;
+                candidates[k * n + j].total = total;
+                candidates[k * n + j].index = k * n + j;
+            }
+        }
+        qsort(candidates, (size_t)(K * n), sizeof(Candidate), best_first);
+        for (int64_t i = 0; i < q->keep; i++) {
+            int64_t index = candidates[i].index, at = a * q->keep + i;
+            q->rows[at] = a * K + index / n;
+            q->tokens[at] = columns[index];
+            q->totals[at] = candidates[i].total;
+        }
+    }
+    return 1;
+}
+
+static int is_int64(const Py_buffer *b) {
+    return b->itemsize == 8 && (strcmp(b->format, "q") == 0 || strcmp(b->format, "l") == 0);
+}
+
+static PyObject *beam_candidates(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objects[5];
+    Py_ssize_t K, n;
+    int avx2 = AVX2;
+    if (!PyArg_ParseTuple(args, "OOnnOOO|p", &objects[0], &objects[1], &K, &n, &objects[2], &objects[3], &objects[4],
+                          &avx2))
+        return NULL;
+    Py_buffer b[5];
+    int held = 0;
+    for (; held < 5; held++) {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (held >= 2 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objects[held], &b[held], flags) < 0) break;
+    }
+    const char *problem = held < 5 ? "" : NULL;
+    Py_buffer *lp = &b[0], *cum = &b[1], *rows = &b[2], *tokens = &b[3], *totals = &b[4];
+    if (!problem && (lp->ndim != 2 || lp->itemsize != 4 || strcmp(lp->format, "f") != 0))
+        problem = "log_probs must be a 2-D float32 array";
+    else if (!problem && (cum->ndim != 1 || cum->itemsize != 8 || strcmp(cum->format, "d") != 0 ||
+                          cum->shape[0] != lp->shape[0]))
+        problem = "cum must be a float64 array, one a row";
+    else if (!problem && (K < 1 || lp->shape[0] % K != 0))
+        problem = "the rows must be whole sentences of K";
+    else if (!problem && (n < 1 || n > MAX_N || n > lp->shape[1]))
+        problem = "n must be in 1..min(64, columns)";
+    int64_t A = problem ? 0 : lp->shape[0] / K, keep = 2 * K < K * n ? 2 * K : K * n;
+    if (!problem && (rows->ndim != 2 || !is_int64(rows) || tokens->ndim != 2 || !is_int64(tokens) ||
+                     totals->ndim != 2 || totals->itemsize != 8 || strcmp(totals->format, "d") != 0))
+        problem = "rows and tokens must be int64, totals float64, 2-D";
+    else if (!problem && (rows->shape[0] != A || rows->shape[1] != keep || tokens->shape[0] != A ||
+                          tokens->shape[1] != keep || totals->shape[0] != A || totals->shape[1] != keep))
+        problem = "rows, tokens and totals must be (sentences, min(2K, K*n))";
+    int done = 0;
+    if (!problem) {
+        int64_t *columns = PyMem_Malloc((size_t)(K * n) * sizeof(int64_t));
+        Candidate *candidates = PyMem_Malloc((size_t)(K * n) * sizeof(Candidate));
+        if (!columns || !candidates) {
+            problem = "out of memory";
+        } else {
+            Ranking q = {(const float *)lp->buf, (const double *)cum->buf, A, K, lp->shape[1], n, keep,
+                         (int64_t *)rows->buf, (int64_t *)tokens->buf, (double *)totals->buf};
+            Py_BEGIN_ALLOW_THREADS
+            done = rank(&q, columns, candidates, avx2 && AVX2);
+            Py_END_ALLOW_THREADS
+        }
+        PyMem_Free(columns);
+        PyMem_Free(candidates);
+    }
+    for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);
+    if (problem) {
+        if (*problem) PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    return PyBool_FromLong(done);
+}
+
+/* ---- move_rows ------------------------------------------------------------------------------- */
+
+static PyObject *move_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *arrays, *rows_obj, *moved_obj;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &arrays, &rows_obj, &moved_obj)) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(arrays), held = 0;
+    Py_buffer rows, moved;
+    if (PyObject_GetBuffer(rows_obj, &rows, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(moved_obj, &moved, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&rows);
+        return NULL;
+    }
+    Py_buffer *b = PyMem_Calloc((size_t)(count ? count : 1), sizeof(Py_buffer));
+    const char *problem = b ? NULL : "out of memory";
+    if (!problem && (rows.ndim != 1 || !is_int64(&rows) || moved.ndim != 1 || !is_int64(&moved)))
+        problem = "rows and moved must be 1-D int64 arrays";
+    size_t largest = 0;
+    Py_ssize_t shortest = PY_SSIZE_T_MAX;
+    const int64_t *row = rows.buf, *place = moved.buf;
+    for (; !problem && held < count; held++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, held), &b[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            problem = "";
+            break;
+        }
+        Py_ssize_t length = b[held].ndim ? b[held].shape[0] : 0;
+        if (b[held].ndim < 1 || length < rows.shape[0]) {
+            problem = "each array needs a row for every entry of rows";
+            held++;
+            break;
+        }
+        size_t row_bytes = length ? (size_t)(b[held].len / length) : 0;
+        largest = row_bytes > largest ? row_bytes : largest;
+        shortest = length < shortest ? length : shortest;
+    }
+    for (Py_ssize_t i = 0; !problem && count && i < moved.shape[0]; i++)
+        if (place[i] < 0 || place[i] >= rows.shape[0] || row[place[i]] < 0 || row[place[i]] >= shortest)
+            problem = "a moved row is outside the arrays";
+    char *temp = NULL;
+    if (!problem && count && moved.shape[0]) {
+        temp = PyMem_Malloc(largest * (size_t)moved.shape[0]);
+        if (!temp) problem = "out of memory";
+    }
+    if (!problem && temp) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t a = 0; a < count; a++) {
+            char *x = b[a].buf;
+            size_t row_bytes = (size_t)(b[a].len / b[a].shape[0]);
+            /* read every source row first: a row may be both read and overwritten */
+            for (Py_ssize_t i = 0; i < moved.shape[0]; i++)
+                memcpy(temp + (size_t)i * row_bytes, x + (size_t)row[place[i]] * row_bytes, row_bytes);
+            for (Py_ssize_t i = 0; i < moved.shape[0]; i++)
+                memcpy(x + (size_t)place[i] * row_bytes, temp + (size_t)i * row_bytes, row_bytes);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(temp);
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&b[i]);
+    PyMem_Free(b);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&moved);
+    if (!problem) Py_RETURN_NONE;
+    if (*problem) PyErr_SetString(PyExc_ValueError, problem);
+    return NULL;
+}
 
 /* ---- write_slots ---------------------------------------------------------------------------- */
 
@@ -283,6 +471,11 @@ static PyMethodDef methods[] = {
     {"top_per_row", top_per_row, METH_VARARGS,
      "top_per_row(values, n, out[, avx2]) -> bool: each row's columns of its n largest values into out, ascending; "
      "lower columns among equal values. False when a row holds a NaN."},
+    {"beam_candidates", beam_candidates, METH_VARARGS,
+     "beam_candidates(log_probs, cum, K, n, rows, tokens, totals[, avx2]) -> bool: each sentence's 2K best "
+     "continuations over its K rows' n best tokens, best first. False when a value is NaN."},
+    {"move_rows", move_rows, METH_VARARGS,
+     "move_rows(arrays, rows, moved): in place, row moved[i] of every array becomes its row rows[moved[i]]."},
     {"write_slots", write_slots, METH_VARARGS,
      "write_slots(caches, values, positions): each row's value into its cache slot, for every cache."},
     {NULL, NULL, 0, NULL},

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from service.engine.native import beam_candidates as beam_candidates_native
 from service.engine.native import top_per_row as top_per_row_native
 from service.engine.row_order import gap_filling
 from service.engine.scoring import FloatArray, Hypothesis, IntArray, Scoring, against_repeats, force_eos
@@ -217,6 +218,9 @@ class BeamDecode:
         lower token, whatever the batch): the state row each extends, its token and its cumulative
         log-prob, (A, 2K) each."""
         K, A = self.K, len(self.active)
+        ranked = beam_candidates_native(log_probs, self.cum, K, min(2 * K, log_probs.shape[1]))
+        if ranked is not None:  # the C kernel: the same candidates in one call (service/engine/native.py)
+            return ranked
         row_tokens, totals = row_candidates(log_probs, self.cum, 2 * K, A)  # (N, C), (A, K·C)
         C = row_tokens.shape[1]
         # a sentence has K·C <= 2K² candidates: one sort of them all, where selecting first took three calls

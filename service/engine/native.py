@@ -42,6 +42,23 @@ def top_per_row(values: FloatArray, n: int) -> IntArray | None:
     return out if _native.top_per_row(np.ascontiguousarray(values), n, out) else None
 
 
+def beam_candidates(
+    log_probs: FloatArray, cum: npt.NDArray[np.float64], K: int, n: int
+) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]] | None:
+    """Each sentence's min(2K, K·n) best continuations over its K rows' n best tokens, best first:
+    the row each extends, its token, its cumulative log-prob, (A, C) each; equal totals go to the lower
+    row, then the lower token. None where the kernel does not take them (as top_per_row, and a NaN total)."""
+    N, V = log_probs.shape
+    if _native is None or log_probs.dtype != np.float32 or cum.dtype != np.float64 or not 0 < n <= min(MAX_N, V):
+        return None
+    if K < 1 or N % K or N == 0:
+        return None
+    A, C = N // K, min(2 * K, K * n)
+    rows, tokens, totals = np.empty((A, C), np.int64), np.empty((A, C), np.int64), np.empty((A, C))
+    values, scores = np.ascontiguousarray(log_probs), np.ascontiguousarray(cum)
+    return (rows, tokens, totals) if _native.beam_candidates(values, scores, K, n, rows, tokens, totals) else None
+
+
 def write_slots(caches: Sequence[npt.NDArray[Any]], values: Sequence[npt.NDArray[Any]], positions: IntArray) -> bool:
     """Row b's values[i][b] into caches[i][b, :, positions[b], :], every cache (B, H, P, D) at once; False,
     nothing written, where the kernel does not take them (not built, not float32, not contiguous)."""
@@ -49,6 +66,18 @@ def write_slots(caches: Sequence[npt.NDArray[Any]], values: Sequence[npt.NDArray
         return False
     try:
         _native.write_slots(tuple(caches), tuple(values), positions)
-    except ValueError:  # checked before any write
+    except (ValueError, BufferError):  # checked before any write
+        return False
+    return True
+
+
+def move_rows(arrays: Sequence[npt.NDArray[Any]], rows: IntArray, moved: IntArray) -> bool:
+    """In place, every array (batch first): x[moved] = x[rows[moved]], sources read before any write;
+    False, nothing moved, where the kernel does not take them (not built, not contiguous, read-only)."""
+    if _native is None:
+        return False
+    try:
+        _native.move_rows(tuple(arrays), rows, moved)
+    except (ValueError, BufferError):  # checked before any write
         return False
     return True

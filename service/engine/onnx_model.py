@@ -311,6 +311,7 @@ class OnnxSeq2Seq:
             need = f"write 'slot' needs a {CACHE_AXIS} axis and {POSITIONS}"
             raise BundleInvalid(bundle.path, [f"state {name}: {need}" for name in unwritable])
         self._slot_specs = [s for s in self.state_specs if s.write == "slot"]
+        self._batch_first = all(s.batch_axis == 0 for s in self.state_specs)
         # the kernel writes (B, H, P, D) caches: batch first, slots third
         self._kernel_slots = all(
             s.batch_axis == 0 and self.slot_axis[s.input] == 2 and len(inputs[s.input].shape) == 4
@@ -458,8 +459,17 @@ class OnnxSeq2Seq:
         if len(other_source) or n < len(origin):
             mask = state.src_pad_mask[rows]
             statics = {k: self._selected(v, rows, other_source, 0) for k, v in state.statics.items()}
-        tensors = {s.input: self._selected(state.state[s.input], rows, moved, s.batch_axis) for s in self.state_specs}
-        return OnnxState(mask, statics, tensors, state.extras, new_origin)
+        return OnnxState(mask, statics, self._moved(state, rows, moved), state.extras, new_origin)
+
+    def _moved(self, state: OnnxState, rows: IntArray, moved: IntArray) -> dict[str, npt.NDArray[Any]]:
+        """The state tensors' rows `rows`, the moved ones rewritten in place: by the C kernel, all
+        tensors in one call, where it applies (six takes and the positions' took 42-62 us a beam 4 x 1
+        step), else tensor by tensor (`_selected`)."""
+        specs, n = self.state_specs, len(rows)
+        arrays = [state.state[s.input] for s in specs]
+        if len(moved) and self._batch_first and native.move_rows(arrays, rows, moved):
+            return {s.input: x if len(x) == n else x[:n] for s, x in zip(specs, arrays, strict=True)}
+        return {s.input: self._selected(x, rows, moved, s.batch_axis) for s, x in zip(specs, arrays, strict=True)}
 
     @staticmethod
     def _selected(x: npt.NDArray[Any], rows: IntArray, moved: IntArray, batch_axis: int) -> npt.NDArray[Any]:

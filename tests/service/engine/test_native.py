@@ -1,6 +1,6 @@
-"""The C kernels (service/engine/_native.c) against the numpy they replace: the same cache
-slots written, the same translations, and a clean refusal of what they do not take. The beam
-selection's kernel is tested with the search (test_search.py)."""
+"""The C kernels (service/engine/_native.c) against the numpy they replace: the same cache slots
+written, rows moved and beam candidates ranked, the same translations, and a clean refusal of what
+they do not take. The per-row selection's kernel is tested with the search (test_search.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from service.engine import beam, native
+from service.engine.beam import BeamDecode
 from service.engine.bundle import load_bundle
 from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig, write_slots
+from service.engine.scoring import Scoring
 from service.engine.search import beam_search, greedy_search
 from service.engine.translator import pad_ids
 
@@ -89,5 +91,76 @@ def test_translations_are_the_same_with_the_kernels_or_numpy(bundle_dir: Path, m
 
     with_kernels = decode()
     monkeypatch.setattr(native, "write_slots", lambda caches, values, positions: False)
+    monkeypatch.setattr(native, "move_rows", lambda arrays, rows, moved: False)
     monkeypatch.setattr(beam, "top_per_row_native", lambda values, n: None)
+    monkeypatch.setattr(beam, "beam_candidates_native", lambda log_probs, cum, K, n: None)
     assert decode() == with_kernels
+
+
+@pytest.mark.parametrize("leaving", [0, 2])
+def test_rows_move_in_place_as_numpy_takes_them(leaving: int) -> None:
+    """Beams that share a parent (a row read twice), rows that stay, rows that leave: every array's
+    first rows are x[rows], whatever its dtype and shape; rows past them are left alone."""
+    rng = np.random.default_rng(leaving)
+    arrays = [rng.standard_normal((8, 4, 6, 3)).astype(np.float32), rng.integers(0, 99, 8), rng.random((10, 5))]
+    rows = np.array([0, 0, 2, 1, 5, 5, 7, 6])[: 8 - leaving]
+    moved = np.flatnonzero(rows != np.arange(len(rows)))
+    expected = [x[rows] for x in arrays]
+    tails = [x[len(rows) :].copy() for x in arrays]
+    assert native.move_rows(arrays, rows, moved)
+    for x, want, tail in zip(arrays, expected, tails, strict=True):
+        np.testing.assert_array_equal(x[: len(rows)], want)
+        np.testing.assert_array_equal(x[len(rows) :], tail)
+
+
+def test_rows_the_kernel_does_not_take_are_left_untouched() -> None:
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 2))]
+    before = [x.copy() for x in arrays]
+    rows = np.array([1, 1, 0, 3])
+    moved = np.array([0, 2])
+    read_only = arrays[1].copy()
+    read_only.flags.writeable = False
+    for bad_arrays, bad_rows, bad_moved in [
+        ([arrays[0], read_only], rows, moved),
+        ([arrays[0], np.asfortranarray(rng.standard_normal((4, 2)))], rows, moved),
+        (arrays, np.array([1, 1, 0, 4]), np.array([0, 2, 3])),
+        (arrays, rows, np.array([0, 4])),
+        (arrays, rows.astype(np.int32), moved),
+        ([arrays[0], arrays[1][:3]], rows, moved),
+    ]:
+        assert not native.move_rows(bad_arrays, bad_rows, bad_moved)
+    for got, want in zip(arrays, before, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_beam_candidates_are_numpys_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each sentence's 2K candidates (rows, tokens, cumulative scores) from the kernel equal the numpy
+    path's: ties everywhere, -inf scores (the beams that start dead), K from 1 to 6, vocabularies
+    from 3 to 9,000."""
+    rng = np.random.default_rng(11)
+    for _ in range(80):
+        K, sentences, vocab = int(rng.integers(1, 7)), int(rng.integers(1, 9)), int(rng.integers(3, 9000))
+        log_probs = (np.round(rng.standard_normal((K * sentences, vocab)) * 2) / 2 - 8).astype(np.float32)
+        log_probs[rng.random(log_probs.shape) < 0.02] = -np.inf
+        decode = BeamDecode(np.full(sentences, 10), 2, 3, K, 1, Scoring())
+        decode.cum = np.round(rng.standard_normal(K * sentences), 1)
+        decode.cum[rng.random(K * sentences) < 0.2] = -np.inf
+        by_kernel = decode._candidates(log_probs)
+        with monkeypatch.context() as m:
+            m.setattr(beam, "beam_candidates_native", lambda log_probs, cum, K, n: None)
+            by_numpy = decode._candidates(log_probs)
+        for got, want in zip(by_kernel, by_numpy, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_beam_candidates_decline_nan_and_what_they_do_not_take() -> None:
+    log_probs = np.random.default_rng(6).standard_normal((8, 300)).astype(np.float32)
+    cum = np.zeros(8)
+    assert native.beam_candidates(log_probs, cum, 4, 8) is not None
+    assert native.beam_candidates(log_probs, cum, 3, 8) is None  # 8 rows are not sentences of 3
+    assert native.beam_candidates(log_probs.astype(np.float64), cum, 4, 8) is None
+    assert native.beam_candidates(log_probs, cum.astype(np.float32), 4, 8) is None
+    nan = cum.copy()
+    nan[5] = np.nan
+    assert native.beam_candidates(log_probs, nan, 4, 8) is None
