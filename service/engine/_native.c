@@ -1,4 +1,5 @@
-/* Two steps of the decoding loop in C, where numpy takes several passes or several calls.
+/* The decoding loop's small, frequent steps in C, where numpy takes several passes or calls:
+   the beam's selection and ranking, and the moves and writes of the state between steps.
 
    top_per_row(values, n, out[, avx2]) -> bool
      values: (N, V) float32, C-contiguous (any object with the buffer protocol: a numpy array)
@@ -12,7 +13,8 @@
    values at a time are compared against that root, so a block none of whose values can enter
    costs one comparison (AVX2 where the CPU has it, checked at run time). A value enters only when
    it is strictly greater than the root: columns arrive in ascending order, so among equal values
-   the earlier, lower column stays. The interpreter lock is released while rows are read.
+   the earlier, lower column stays. Every kernel lets go of the interpreter lock while it works
+   on more than RELEASE_ABOVE bytes, and holds it for less.
 
    beam_candidates(log_probs, cum, K, n, rows, tokens, totals[, avx2]) -> bool
      log_probs: (A*K, V) float32; cum: (A*K,) float64, each row's cumulative log-prob
@@ -169,6 +171,21 @@ static int cpu_has_avx2(void) {
 
 static int AVX2 = 0;
 
+/* bytes a kernel reads or writes before it lets go of the interpreter lock: under load the event
+   loop takes the lock as soon as it is free, and the decoding thread then waits for it back (up to
+   the interpreter's 5 ms switch interval), which costs more than the few microseconds of a small call */
+#define RELEASE_ABOVE ((size_t)1 << 20)
+
+static PyThreadState *release_if_large(size_t bytes) { return bytes > RELEASE_ABOVE ? PyEval_SaveThread() : NULL; }
+
+static void restore(PyThreadState *state) {
+    if (state) PyEval_RestoreThread(state);
+}
+
+static int is_int64(const Py_buffer *b) {
+    return b->itemsize == 8 && (strcmp(b->format, "q") == 0 || strcmp(b->format, "l") == 0);
+}
+
 static PyObject *top_per_row(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *values_obj, *out_obj;
@@ -184,7 +201,7 @@ static PyObject *top_per_row(PyObject *self, PyObject *args) {
     const char *problem = NULL;
     if (values.ndim != 2 || values.itemsize != 4 || strcmp(values.format, "f") != 0)
         problem = "values must be a 2-D float32 array";
-    else if (out.ndim != 2 || out.itemsize != 8 || (strcmp(out.format, "q") != 0 && strcmp(out.format, "l") != 0))
+    else if (out.ndim != 2 || !is_int64(&out))
         problem = "out must be a 2-D int64 array";
     else if (n < 1 || n > MAX_N || n > values.shape[1])
         problem = "n must be in 1..min(64, columns)";
@@ -192,9 +209,9 @@ static PyObject *top_per_row(PyObject *self, PyObject *args) {
         problem = "out must be (rows, n)";
     int done = 0;
     if (!problem) {
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *state = release_if_large((size_t)values.len);
         done = select_rows((const float *)values.buf, values.shape[0], values.shape[1], n, (int64_t *)out.buf, avx2 && AVX2);
-        Py_END_ALLOW_THREADS
+        restore(state);
     }
     PyBuffer_Release(&values);
     PyBuffer_Release(&out);
@@ -253,10 +270,6 @@ static int rank(const Ranking *q, int64_t *columns, Candidate *candidates, int a
     return 1;
 }
 
-static int is_int64(const Py_buffer *b) {
-    return b->itemsize == 8 && (strcmp(b->format, "q") == 0 || strcmp(b->format, "l") == 0);
-}
-
 static PyObject *beam_candidates(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objects[5];
@@ -298,9 +311,9 @@ static PyObject *beam_candidates(PyObject *self, PyObject *args) {
         } else {
             Ranking q = {(const float *)lp->buf, (const double *)cum->buf, A, K, lp->shape[1], n, keep,
                          (int64_t *)rows->buf, (int64_t *)tokens->buf, (double *)totals->buf};
-            Py_BEGIN_ALLOW_THREADS
+            PyThreadState *state = release_if_large((size_t)lp->len);
             done = rank(&q, columns, candidates, avx2 && AVX2);
-            Py_END_ALLOW_THREADS
+            restore(state);
         }
         PyMem_Free(columns);
         PyMem_Free(candidates);
@@ -357,7 +370,7 @@ static PyObject *move_rows(PyObject *self, PyObject *args) {
         if (!temp) problem = "out of memory";
     }
     if (!problem && temp) {
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *state = release_if_large(2 * largest * (size_t)moved.shape[0] * (size_t)count);
         for (Py_ssize_t a = 0; a < count; a++) {
             char *x = b[a].buf;
             size_t row_bytes = (size_t)(b[a].len / b[a].shape[0]);
@@ -367,7 +380,7 @@ static PyObject *move_rows(PyObject *self, PyObject *args) {
             for (Py_ssize_t i = 0; i < moved.shape[0]; i++)
                 memcpy(x + (size_t)place[i] * row_bytes, temp + (size_t)i * row_bytes, row_bytes);
         }
-        Py_END_ALLOW_THREADS
+        restore(state);
     }
     PyMem_Free(temp);
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&b[i]);
@@ -445,16 +458,17 @@ static PyObject *write_slots(PyObject *self, PyObject *args) {
     const char *problem = NULL;
     if (!pairs)
         problem = "out of memory";
-    else if (positions.ndim != 1 || positions.itemsize != 8 ||
-             (strcmp(positions.format, "q") != 0 && strcmp(positions.format, "l") != 0))
+    else if (positions.ndim != 1 || !is_int64(&positions))
         problem = "positions must be a 1-D int64 array";
     else
         problem = take_pairs(caches, values, &positions, pairs, count, &held);
     if (!problem) {
         const int64_t *slot = (const int64_t *)positions.buf;
-        Py_BEGIN_ALLOW_THREADS
+        size_t bytes = 0;
+        for (Py_ssize_t i = 0; i < count; i++) bytes += (size_t)pairs[i].value.len;
+        PyThreadState *state = release_if_large(bytes);
         for (Py_ssize_t i = 0; i < count; i++) copy_slots(&pairs[i], slot);
-        Py_END_ALLOW_THREADS
+        restore(state);
     }
     for (Py_ssize_t i = 0; i < held; i++) {
         PyBuffer_Release(&pairs[i].cache);

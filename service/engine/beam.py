@@ -71,7 +71,7 @@ def top_per_row(values: FloatArray, n: int) -> IntArray:
 
     The C kernel (service/engine/native.py) reads each row once against a heap of its n best: 2, 6, 46
     and 180 us at 1, 4, 32 and 128 rows x 8,000 (n = 8) where the numpy below took 20, 32, 167 and 614
-    (AMD EPYC; docs/benchmarks.md), and it lets go of the interpreter lock meanwhile. Where it
+    (AMD EPYC; docs/benchmarks.md), and over 1 MB of log-probs it lets go of the interpreter lock. Where it
     is not built, or does not apply, numpy: the columns are split into groups of GROUP (group g:
     columns g, g + G, g + 2G, ...). The n-th largest group maximum is a floor: n values reach it (the
     maxima of the n best groups), so a row's n largest all do, and few others (only values of those n
