@@ -31,6 +31,7 @@ from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestContext
 from service.api.routes import STATIC_DIR, bodies, router
 from service.api.security import HeaderLimit, SecurityHeaders
+from service.engine import native
 from service.engine.catalog import Catalog, resolve_provider
 from service.engine.errors import EngineError
 from service.engine.invariance import check_batch_invariance
@@ -163,7 +164,8 @@ async def _load_and_warm(app: FastAPI) -> None:
     if app.state.on_ready is not None:
         app.state.on_ready()
     app.state.ready = True
-    log.info("ready: %s", ", ".join(sorted(catalog.models)), extra={"event": "ready"})
+    kernels = native.available() or "numpy (the C kernels are not built)"
+    log.info("ready: %s; search kernels: %s", ", ".join(sorted(catalog.models)), kernels, extra={"event": "ready"})
 
 
 async def checked_invariance(service: TranslationService, text: str, metrics: Metrics) -> dict[str, bool]:

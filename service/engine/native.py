@@ -1,8 +1,10 @@
 """The C kernels of service/engine/_native.c, where the install built them.
 
 The extension is optional (pyproject.toml): an install without a C compiler serves with numpy
-instead, with the same results (the beam's columns: service/engine/beam.py's `top_per_row`; the
-cache slots: onnx_model.py's `write_slots`). Each function here says when the kernel did not apply.
+instead, with the same results: the beam's columns and candidates (service/engine/beam.py's
+`top_per_row` and `BeamDecode._candidates`), the cache slots and the reorder's rows
+(onnx_model.py's `write_slots` and `OnnxSeq2Seq._selected`). Each function here says when the
+kernel did not apply; the service's "ready" log line says whether it is built.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ MAX_N = 64  # the kernel's largest n
 
 
 def available() -> str | None:
-    """What selects the beam's candidates here: "C (AVX2)", "C", or None for numpy."""
+    """Which kernels run here: "C (AVX2)", "C" (the portable path), or None (numpy)."""
     if _native is None:
         return None
     return "C (AVX2)" if _native.AVX2 else "C"

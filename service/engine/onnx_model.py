@@ -467,9 +467,14 @@ class OnnxSeq2Seq:
         step), else tensor by tensor (`_selected`)."""
         specs, n = self.state_specs, len(rows)
         arrays = [state.state[s.input] for s in specs]
-        if len(moved) and self._batch_first and native.move_rows(arrays, rows, moved):
+        distinct = list({id(x): x for x in arrays}.values())  # two inputs of one array: its rows move once
+        if len(moved) and self._batch_first and native.move_rows(distinct, rows, moved):
             return {s.input: x if len(x) == n else x[:n] for s, x in zip(specs, arrays, strict=True)}
-        return {s.input: self._selected(x, rows, moved, s.batch_axis) for s, x in zip(specs, arrays, strict=True)}
+        selected: dict[int, npt.NDArray[Any]] = {}
+        for spec, x in zip(specs, arrays, strict=True):
+            if id(x) not in selected:
+                selected[id(x)] = self._selected(x, rows, moved, spec.batch_axis)
+        return {s.input: selected[id(x)] for s, x in zip(specs, arrays, strict=True)}
 
     @staticmethod
     def _selected(x: npt.NDArray[Any], rows: IntArray, moved: IntArray, batch_axis: int) -> npt.NDArray[Any]:

@@ -164,3 +164,24 @@ def test_beam_candidates_decline_nan_and_what_they_do_not_take() -> None:
     nan = cum.copy()
     nan[5] = np.nan
     assert native.beam_candidates(log_probs, nan, 4, 8) is None
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_an_array_two_state_inputs_share_moves_once(
+    bundle_dir: Path, monkeypatch: pytest.MonkeyPatch, kernel: bool
+) -> None:
+    """A state whose two inputs hold one array (a manifest may start two from one encoder output): a
+    beam's reorder moves that array's rows once, by the kernel or by numpy, not once per input."""
+    if not kernel:
+        monkeypatch.setattr(native, "move_rows", lambda arrays, rows, moved: False)
+    model = OnnxSeq2Seq(load_bundle(bundle_dir / "en-zh"), SessionConfig(intra_op_threads=1))
+    ids, mask = pad_ids([[5, 9, 14, 3], [7, 8, 3]])
+    state = model.reorder(model.encode(ids, mask), np.array([0, 0, 1, 1]))  # two beams a sentence
+    first, second = (s.input for s in model._slot_specs[:2])
+    shared = np.random.default_rng(8).standard_normal(state.state[first].shape).astype(np.float32)
+    state.state[first] = state.state[second] = shared
+    before = shared.copy()
+    rows = np.array([1, 1, 3, 2])  # beams that share a parent, within each sentence
+    after = model.reorder(state, rows)
+    np.testing.assert_array_equal(after.state[first], before[rows])
+    assert after.state[second] is after.state[first]
