@@ -21,7 +21,7 @@ RUN if ! command -v python3 >/dev/null || ! python3 -c "import venv, ensurepip" 
 FROM python-base AS build
 ARG VARIANT
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# a C compiler for the package's beam-selection kernel (service/engine/_native.c), in this stage only:
+# a C compiler for the package's search kernels (service/engine/_native.c), in this stage only:
 # the runtime stage gets the built module, not the compiler. Python's headers come with python:*-slim;
 # a distribution's python3 (the CUDA base) needs python3-dev for them.
 RUN apt-get update \

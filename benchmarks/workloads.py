@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from service.engine.tokenizer import EOS_ID, Tokenizer
+from service.engine.tokenizer import EOS_ID, TextTokenizer
 
 FIRST_REAL_ID = 4  # after <pad> <unk> <s> </s>
 
@@ -26,7 +26,7 @@ def all_cells(batches: tuple[int, ...] = (1, 32)) -> list[Cell]:
     return [Cell(beam, batch, p) for p in ("fp32", "int8") for beam in (1, 4) for batch in batches]
 
 
-def fixed_sources(tokenizer: Tokenizer, texts: list[str], n: int, length: int, seed: int = 0) -> list[list[int]]:
+def fixed_sources(tokenizer: TextTokenizer, texts: list[str], n: int, length: int, seed: int = 0) -> list[list[int]]:
     """n sources of exactly `length` ids (EOS last): real token ids from `texts`, run together and cut."""
     stream = [i for ids in tokenizer.encode_ids(texts) for i in ids if i >= FIRST_REAL_ID]
     if not stream:
@@ -40,7 +40,7 @@ def fixed_sources(tokenizer: Tokenizer, texts: list[str], n: int, length: int, s
     return sources
 
 
-def real_sources(tokenizer: Tokenizer, texts: list[str], limit: int) -> list[list[int]]:
+def real_sources(tokenizer: TextTokenizer, texts: list[str], limit: int) -> list[list[int]]:
     """Test sentences as source ids with EOS, cut to the model's limit as evaluation does."""
     return [[*ids[: limit - 1], EOS_ID] for ids in tokenizer.encode_ids(texts)]
 

@@ -3,7 +3,7 @@
 The extension is optional (pyproject.toml): an install without a C compiler serves with numpy
 instead, with the same results: the beam's columns and candidates (service/engine/beam.py's
 `top_per_row` and `BeamDecode._candidates`), the cache slots and the reorder's rows
-(onnx_model.py's `write_slots` and `OnnxSeq2Seq._selected`). Each function here says when the
+(onnx_model.py's `OnnxSeq2Seq._write_slots` and `OnnxSeq2Seq._moved`). Each function here says when the
 kernel did not apply; the service's "ready" log line says whether it is built.
 """
 

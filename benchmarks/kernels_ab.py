@@ -1,0 +1,133 @@
+"""The C kernels (service/engine/_native.c) against the numpy they replace, paired in one process.
+
+    python -m benchmarks.kernels_ab --bundle runs/en-zh-shipped/bench/ort-fp32 [--rounds 11] [--threads 1]
+
+One engine (benchmarks.engines.OrtEngine: the service's own search on the bundle's graphs) decodes
+the same work with the kernels and with them switched off, alternating every round and reversing the
+order every other round. So the drift of a shared machine falls on both alike. Alternating fresh
+processes did not give that on a noisy host: per-round ratios ranged from 0.57 to 1.67 there.
+
+The work is the four cells (greedy and beam 4, batch 1 and 32): fixed-length sources (20 tokens, EOS
+suppressed, as benchmarks.compare) and the Tatoeba test split's real sentences (benchmarks.http_bench's
+`sentences`, which falls back to four fixed ones and says so). Printed: numpy's time ÷ the kernels',
+the median of the rounds with its range, a line per cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks.engines import EngineSpec, OrtEngine
+from benchmarks.http_bench import sentences
+from benchmarks.workloads import fixed_sources, real_sources
+from service.engine import beam, native
+from service.engine.bundle import load_bundle
+from service.engine.tokenizer_loading import load_tokenizers
+
+CELLS = ((1, 1), (4, 1), (1, 32), (4, 32))  # (beam, batch)
+FIXED = 20
+
+
+def _declines(*args: Any) -> None:
+    return None
+
+
+# each place the search calls a kernel, and what declining returns there (service/engine/native.py)
+KERNELS = (
+    (native, "write_slots", lambda *args: False),
+    (native, "move_rows", lambda *args: False),
+    (beam, "top_per_row_native", _declines),
+    (beam, "beam_candidates_native", _declines),
+)
+
+
+@contextmanager
+def numpy_only() -> Iterator[None]:
+    """Every kernel declines, as in an install without a C compiler; restored on exit."""
+    saved = [(module, name, getattr(module, name)) for module, name, _ in KERNELS]
+    for module, name, declining in KERNELS:
+        setattr(module, name, declining)
+    try:
+        yield
+    finally:
+        for module, name, kernel in saved:
+            setattr(module, name, kernel)
+
+
+def seconds_a_sentence(
+    engine: OrtEngine, sources: list[list[int]], beam_size: int, batch: int, fixed: int | None
+) -> float:
+    start = time.perf_counter()
+    for i in range(0, len(sources), batch):
+        engine.translate(sources[i : i + batch], beam_size, fixed, 64)
+    return (time.perf_counter() - start) / len(sources)
+
+
+def paired(
+    engine: OrtEngine, sources: list[list[int]], cell: tuple[int, int], fixed: int | None, rounds: int
+) -> list[float]:
+    """numpy's time ÷ the kernels', a ratio a round."""
+    beam_size, batch = cell
+    work = sources[: 8 if batch == 1 else 32]
+
+    def timed(kernels: bool) -> float:
+        if kernels:
+            return seconds_a_sentence(engine, work, beam_size, batch, fixed)
+        with numpy_only():
+            return seconds_a_sentence(engine, work, beam_size, batch, fixed)
+
+    timed(True), timed(False)  # warm both paths
+    ratios = []
+    for r in range(rounds):
+        first = r % 2 == 0
+        a = timed(first)
+        b = timed(not first)
+        kernels, numpy = (a, b) if first else (b, a)
+        ratios.append(numpy / kernels)
+    return ratios
+
+
+def run(bundle: Path, rounds: int, threads: int) -> list[dict[str, Any]]:
+    if native.available() is None:
+        raise SystemExit("the C kernels are not built here: nothing to compare (pip install -e . with a C compiler)")
+    engine = OrtEngine(EngineSpec("ort", "", str(bundle), f"intra{threads}", threads, 1))
+    loaded = load_bundle(bundle)
+    source_tokenizer, _ = load_tokenizers(loaded)
+    texts = sentences(loaded.manifest.source_lang, 64).texts
+    work = {
+        "fixed": (fixed_sources(source_tokenizer, texts, 32, FIXED), FIXED),
+        "real": (real_sources(source_tokenizer, texts, loaded.manifest.limits.max_source_tokens), None),
+    }
+    rows = []
+    for name, (sources, fixed) in work.items():
+        for cell in CELLS:
+            ratios = paired(engine, sources, cell, fixed, rounds)
+            rows.append({"work": name, "beam": cell[0], "batch": cell[1], "ratios": ratios})
+            print(_line(rows[-1]), flush=True)
+    return rows
+
+
+def _line(row: dict[str, Any]) -> str:
+    ratios = row["ratios"]
+    search = "greedy" if row["beam"] == 1 else f"beam {row['beam']}"
+    spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+    return f"{row['work']:5s} {search} x {row['batch']:<2d}: numpy / kernels {statistics.median(ratios):.3f} ({spread})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    args = parser.parse_args()
+    run(args.bundle, args.rounds, args.threads)
+
+
+if __name__ == "__main__":
+    main()
