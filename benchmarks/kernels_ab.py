@@ -3,9 +3,10 @@
     python -m benchmarks.kernels_ab --bundle runs/en-zh-shipped/bench/ort-fp32 [--rounds 11] [--threads 1]
 
 One engine (benchmarks.engines.OrtEngine: the service's own search on the bundle's graphs) decodes
-the same work with the kernels and with them switched off, alternating every round and reversing the
-order every other round. So the drift of a shared machine falls on both alike. Alternating fresh
-processes did not give that on a noisy host: per-round ratios ranged from 0.57 to 1.67 there.
+the same work with the kernels and with them switched off (service/engine/native.py's numpy_only),
+alternating every round and reversing the order every other round. So the drift of a shared machine
+falls on both alike. Alternating fresh processes did not give that on a noisy host: per-round
+ratios ranged from 0.57 to 1.67 there.
 
 The work is the four cells (greedy and beam 4, batch 1 and 32): fixed-length sources (20 tokens, EOS
 suppressed, as benchmarks.compare) and the Tatoeba test split's real sentences (benchmarks.http_bench's
@@ -18,46 +19,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from benchmarks.engines import EngineSpec, OrtEngine
 from benchmarks.http_bench import sentences
 from benchmarks.workloads import fixed_sources, real_sources
-from service.engine import beam, native
+from service.engine import native
 from service.engine.bundle import load_bundle
 from service.engine.tokenizer_loading import load_tokenizers
 
 CELLS = ((1, 1), (4, 1), (1, 32), (4, 32))  # (beam, batch)
 FIXED = 20
-
-
-def _declines(*args: Any) -> None:
-    return None
-
-
-# each place the search calls a kernel, and what declining returns there (service/engine/native.py)
-KERNELS = (
-    (native, "write_slots", lambda *args: False),
-    (native, "move_rows", lambda *args: False),
-    (beam, "top_per_row_native", _declines),
-    (beam, "beam_candidates_native", _declines),
-)
-
-
-@contextmanager
-def numpy_only() -> Iterator[None]:
-    """Every kernel declines, as in an install without a C compiler; restored on exit."""
-    saved = [(module, name, getattr(module, name)) for module, name, _ in KERNELS]
-    for module, name, declining in KERNELS:
-        setattr(module, name, declining)
-    try:
-        yield
-    finally:
-        for module, name, kernel in saved:
-            setattr(module, name, kernel)
 
 
 def seconds_a_sentence(
@@ -79,7 +52,7 @@ def paired(
     def timed(kernels: bool) -> float:
         if kernels:
             return seconds_a_sentence(engine, work, beam_size, batch, fixed)
-        with numpy_only():
+        with native.numpy_only():
             return seconds_a_sentence(engine, work, beam_size, batch, fixed)
 
     timed(True), timed(False)  # warm both paths

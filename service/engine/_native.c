@@ -502,7 +502,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__native(void) {
     AVX2 = cpu_has_avx2();
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "AVX2", AVX2) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "AVX2", AVX2) < 0 || PyModule_AddIntConstant(m, "MAX_N", MAX_N) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,7 +9,9 @@ kernel did not apply; the service's "ready" log line says whether it is built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -24,7 +26,18 @@ try:
 except ImportError:  # built without a C compiler: numpy does the work
     _native = None
 
-MAX_N = 64  # the kernel's largest n
+
+@dataclass
+class _Switch:
+    declining: bool = False  # numpy_only() in force
+
+
+_switch = _Switch()
+
+
+def _kernels() -> ModuleType | None:
+    """The extension, unless it is not built or numpy_only() is in force."""
+    return None if _switch.declining else _native
 
 
 def available() -> str | None:
@@ -34,14 +47,26 @@ def available() -> str | None:
     return "C (AVX2)" if _native.AVX2 else "C"
 
 
+@contextmanager
+def numpy_only() -> Iterator[None]:
+    """Every kernel declines while it lasts, as in an install without a C compiler: what the tests and
+    benchmarks.kernels_ab compare the kernels against. Not for serving."""
+    before, _switch.declining = _switch.declining, True
+    try:
+        yield
+    finally:
+        _switch.declining = before
+
+
 def top_per_row(values: FloatArray, n: int) -> IntArray | None:
     """The columns of each row's n largest values (N, n), ascending, lower columns among equal
-    values; None where the kernel does not apply (not built, not float32, n over MAX_N, a NaN)."""
+    values; None where the kernel does not apply (not built, not float32, n over its MAX_N, a NaN)."""
     N, V = values.shape
-    if _native is None or values.dtype != np.float32 or not 0 < n <= min(MAX_N, V) or N == 0:
+    kernels = _kernels()
+    if kernels is None or values.dtype != np.float32 or not 0 < n <= min(kernels.MAX_N, V) or N == 0:
         return None
     out = np.empty((N, n), dtype=np.int64)
-    return out if _native.top_per_row(np.ascontiguousarray(values), n, out) else None
+    return out if kernels.top_per_row(np.ascontiguousarray(values), n, out) else None
 
 
 def beam_candidates(
@@ -51,23 +76,25 @@ def beam_candidates(
     the row each extends, its token, its cumulative log-prob, (A, C) each; equal totals go to the lower
     row, then the lower token. None where the kernel does not take them (as top_per_row, and a NaN total)."""
     N, V = log_probs.shape
-    if _native is None or log_probs.dtype != np.float32 or cum.dtype != np.float64 or not 0 < n <= min(MAX_N, V):
+    kernels = _kernels()
+    if kernels is None or log_probs.dtype != np.float32 or cum.dtype != np.float64:
         return None
-    if K < 1 or N % K or N == 0:
+    if not 0 < n <= min(kernels.MAX_N, V) or K < 1 or N % K or N == 0:
         return None
     A, C = N // K, min(2 * K, K * n)
     rows, tokens, totals = np.empty((A, C), np.int64), np.empty((A, C), np.int64), np.empty((A, C))
     values, scores = np.ascontiguousarray(log_probs), np.ascontiguousarray(cum)
-    return (rows, tokens, totals) if _native.beam_candidates(values, scores, K, n, rows, tokens, totals) else None
+    return (rows, tokens, totals) if kernels.beam_candidates(values, scores, K, n, rows, tokens, totals) else None
 
 
 def write_slots(caches: Sequence[npt.NDArray[Any]], values: Sequence[npt.NDArray[Any]], positions: IntArray) -> bool:
     """Row b's values[i][b] into caches[i][b, :, positions[b], :], every cache (B, H, P, D) at once; False,
     nothing written, where the kernel does not take them (not built, not float32, not contiguous)."""
-    if _native is None:
+    kernels = _kernels()
+    if kernels is None:
         return False
     try:
-        _native.write_slots(tuple(caches), tuple(values), positions)
+        kernels.write_slots(tuple(caches), tuple(values), positions)
     except (ValueError, BufferError):  # checked before any write
         return False
     return True
@@ -76,10 +103,11 @@ def write_slots(caches: Sequence[npt.NDArray[Any]], values: Sequence[npt.NDArray
 def move_rows(arrays: Sequence[npt.NDArray[Any]], rows: IntArray, moved: IntArray) -> bool:
     """In place, every array (batch first): x[moved] = x[rows[moved]], sources read before any write;
     False, nothing moved, where the kernel does not take them (not built, not contiguous, read-only)."""
-    if _native is None:
+    kernels = _kernels()
+    if kernels is None:
         return False
     try:
-        _native.move_rows(tuple(arrays), rows, moved)
+        kernels.move_rows(tuple(arrays), rows, moved)
     except (ValueError, BufferError):  # checked before any write
         return False
     return True

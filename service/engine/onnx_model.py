@@ -97,6 +97,11 @@ def _pad(x: npt.NDArray[Any], axis: int, size: int, value: float | bool) -> npt.
     return out
 
 
+def _distinct(arrays: list[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+    """Each array once: two state inputs may hold one array, whose rows must move once."""
+    return list({id(x): x for x in arrays}.values())
+
+
 def rounded_up(n: int, chunk: int) -> int:
     """The smallest multiple of `chunk` that is n or more."""
     return -(-n // chunk) * chunk
@@ -388,10 +393,12 @@ class OnnxSeq2Seq:
     def _write_slots(self, state: OnnxState, outputs: dict[str, npt.NDArray[Any]]) -> None:
         """Every slot cache's new entries: one call of the C kernel for all of them where it applies
         (6 numpy assignments took 23-37 us a step at batch 1 and beam 4 x 1), else one by one."""
+        if not self._slot_specs:
+            return
         caches = [state.state[s.input] for s in self._slot_specs]
         values = [outputs[s.output] for s in self._slot_specs]
-        positions = state.state[POSITIONS] if self._slot_specs else None
-        if positions is None or (self._kernel_slots and native.write_slots(caches, values, positions)):
+        positions = state.state[POSITIONS]
+        if self._kernel_slots and native.write_slots(caches, values, positions):
             return
         for spec, cache, value in zip(self._slot_specs, caches, values, strict=True):
             write_slots(cache, positions, value, spec.batch_axis, self.slot_axis[spec.input])
@@ -467,8 +474,7 @@ class OnnxSeq2Seq:
         step), else tensor by tensor (`_selected`)."""
         specs, n = self.state_specs, len(rows)
         arrays = [state.state[s.input] for s in specs]
-        distinct = list({id(x): x for x in arrays}.values())  # two inputs of one array: its rows move once
-        if len(moved) and self._batch_first and native.move_rows(distinct, rows, moved):
+        if len(moved) and self._batch_first and native.move_rows(_distinct(arrays), rows, moved):
             return {s.input: x if len(x) == n else x[:n] for s, x in zip(specs, arrays, strict=True)}
         selected: dict[int, npt.NDArray[Any]] = {}
         for spec, x in zip(specs, arrays, strict=True):

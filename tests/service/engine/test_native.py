@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.engine import beam, native
+from service.engine import native
 from service.engine.beam import BeamDecode
 from service.engine.bundle import load_bundle
 from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig, write_slots
@@ -69,7 +69,7 @@ def test_a_read_only_cache_is_refused() -> None:
     assert not native.write_slots(caches, values, positions)
 
 
-def test_translations_are_the_same_with_the_kernels_or_numpy(bundle_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_translations_are_the_same_with_the_kernels_or_numpy(bundle_dir: Path) -> None:
     """A real bundle decoded greedy and at beam 4, a batch of mixed lengths: hypotheses, token
     log-probs, attention and scores equal to the bit with the kernels and with numpy alone."""
     bundle = load_bundle(bundle_dir / "en-zh")
@@ -90,11 +90,8 @@ def test_translations_are_the_same_with_the_kernels_or_numpy(bundle_dir: Path, m
         ]
 
     with_kernels = decode()
-    monkeypatch.setattr(native, "write_slots", lambda caches, values, positions: False)
-    monkeypatch.setattr(native, "move_rows", lambda arrays, rows, moved: False)
-    monkeypatch.setattr(beam, "top_per_row_native", lambda values, n: None)
-    monkeypatch.setattr(beam, "beam_candidates_native", lambda log_probs, cum, K, n: None)
-    assert decode() == with_kernels
+    with native.numpy_only():
+        assert decode() == with_kernels
 
 
 @pytest.mark.parametrize("leaving", [0, 2])
@@ -134,7 +131,7 @@ def test_rows_the_kernel_does_not_take_are_left_untouched() -> None:
         np.testing.assert_array_equal(got, want)
 
 
-def test_beam_candidates_are_numpys_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_beam_candidates_are_numpys_to_the_bit() -> None:
     """Each sentence's 2K candidates (rows, tokens, cumulative scores) from the kernel equal the numpy
     path's: ties everywhere, -inf scores (the beams that start dead), K from 1 to 6, vocabularies
     from 3 to 9,000."""
@@ -147,8 +144,7 @@ def test_beam_candidates_are_numpys_to_the_bit(monkeypatch: pytest.MonkeyPatch) 
         decode.cum = np.round(rng.standard_normal(K * sentences), 1)
         decode.cum[rng.random(K * sentences) < 0.2] = -np.inf
         by_kernel = decode._candidates(log_probs)
-        with monkeypatch.context() as m:
-            m.setattr(beam, "beam_candidates_native", lambda log_probs, cum, K, n: None)
+        with native.numpy_only():
             by_numpy = decode._candidates(log_probs)
         for got, want in zip(by_kernel, by_numpy, strict=True):
             np.testing.assert_array_equal(got, want)
@@ -173,7 +169,7 @@ def test_an_array_two_state_inputs_share_moves_once(
     """A state whose two inputs hold one array (a manifest may start two from one encoder output): a
     beam's reorder moves that array's rows once, by the kernel or by numpy, not once per input."""
     if not kernel:
-        monkeypatch.setattr(native, "move_rows", lambda arrays, rows, moved: False)
+        monkeypatch.setattr(native._switch, "declining", True)  # numpy_only() for the whole test
     model = OnnxSeq2Seq(load_bundle(bundle_dir / "en-zh"), SessionConfig(intra_op_threads=1))
     ids, mask = pad_ids([[5, 9, 14, 3], [7, 8, 3]])
     state = model.reorder(model.encode(ids, mask), np.array([0, 0, 1, 1]))  # two beams a sentence
