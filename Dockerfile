@@ -21,7 +21,8 @@ RUN if ! command -v python3 >/dev/null || ! python3 -c "import venv, ensurepip" 
 FROM python-base AS build
 ARG VARIANT
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# a C compiler for the package's search kernels (service/engine/_native.c), in this stage only:
+# a C compiler for the package's search kernels (service/engine/_native.c) and its onnxruntime
+# operators (service/engine/_ortops.c), in this stage only:
 # the runtime stage gets the built module, not the compiler. Python's headers come with python:*-slim;
 # a distribution's python3 (the CUDA base) needs python3-dev for them.
 RUN apt-get update \
@@ -39,7 +40,9 @@ COPY pyproject.toml README.md /src/
 COPY service/ /src/service/
 COPY cli/ /src/cli/
 RUN /opt/venv/bin/pip install --no-deps /src \
-    && /opt/venv/bin/python -c "from service.engine import native; assert native.available(), 'the C kernel did not build'"
+    && /opt/venv/bin/python -c "from service.engine import native, quant_fusion; \
+assert native.available(), 'the C kernel did not build'; \
+assert quant_fusion.library(), 'the onnxruntime operators did not build'"
 
 # ---- runtime ------------------------------------------------------------------------------------
 FROM python-base AS runtime

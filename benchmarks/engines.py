@@ -44,6 +44,7 @@ class EngineSpec:
     intra_threads: int = 1
     inter_threads: int = 1  # ct2 inter_threads; for ort: threads splitting a batch over one session
     env: dict[str, str] = field(default_factory=dict)  # set before the engine's library is imported
+    fuse_quantization: bool = True  # ort: int8 row quantizations as the attention_mt operators (quant_fusion.py)
 
     @property
     def label(self) -> str:
@@ -129,7 +130,12 @@ class OrtEngine:
         bundle = load_bundle(Path(spec.artifact))
         # several threads: the encoder's and decoder's on one pool, as the service has them when they spin
         shared = spec.intra_threads != 1 and spec.inter_threads == 1
-        config = SessionConfig(intra_op_threads=spec.intra_threads, inter_op_threads=1, shared_thread_pool=shared)
+        config = SessionConfig(
+            intra_op_threads=spec.intra_threads,
+            inter_op_threads=1,
+            shared_thread_pool=shared,
+            fuse_quantization=spec.fuse_quantization,
+        )
         # several threads splitting a batch run one session: onnxruntime takes concurrent calls on a
         # session, each on its caller's thread at one intra-op thread, and the threads share one copy
         # of the weights, as CTranslate2's inter_threads do. Two sessions ran as fast and held two

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,19 @@ def seconds_a_sentence(
     return (time.perf_counter() - start) / len(sources)
 
 
+def alternated(timed: Callable[[bool], float], rounds: int) -> list[float]:
+    """timed(False) ÷ timed(True), a ratio a round: the two in turn, the first of each round alternating."""
+    timed(True), timed(False)  # warm both
+    ratios = []
+    for r in range(rounds):
+        first = r % 2 == 0
+        a = timed(first)
+        b = timed(not first)
+        on, off = (a, b) if first else (b, a)
+        ratios.append(off / on)
+    return ratios
+
+
 def paired(
     engine: OrtEngine, sources: list[list[int]], cell: tuple[int, int], fixed: int | None, rounds: int
 ) -> list[float]:
@@ -55,42 +69,38 @@ def paired(
         with native.numpy_only():
             return seconds_a_sentence(engine, work, beam_size, batch, fixed)
 
-    timed(True), timed(False)  # warm both paths
-    ratios = []
-    for r in range(rounds):
-        first = r % 2 == 0
-        a = timed(first)
-        b = timed(not first)
-        kernels, numpy = (a, b) if first else (b, a)
-        ratios.append(numpy / kernels)
-    return ratios
+    return alternated(timed, rounds)
+
+
+def workloads(bundle: Path) -> dict[str, tuple[list[list[int]], int | None]]:
+    """name -> (sources, fixed length or None): fixed-length sources and the test split's sentences."""
+    loaded = load_bundle(bundle)
+    source_tokenizer, _ = load_tokenizers(loaded)
+    texts = sentences(loaded.manifest.source_lang, 64).texts
+    return {
+        "fixed": (fixed_sources(source_tokenizer, texts, 32, FIXED), FIXED),
+        "real": (real_sources(source_tokenizer, texts, loaded.manifest.limits.max_source_tokens), None),
+    }
 
 
 def run(bundle: Path, rounds: int, threads: int) -> list[dict[str, Any]]:
     if native.available() is None:
         raise SystemExit("the C kernels are not built here: nothing to compare (pip install -e . with a C compiler)")
     engine = OrtEngine(EngineSpec("ort", "", str(bundle), f"intra{threads}", threads, 1))
-    loaded = load_bundle(bundle)
-    source_tokenizer, _ = load_tokenizers(loaded)
-    texts = sentences(loaded.manifest.source_lang, 64).texts
-    work = {
-        "fixed": (fixed_sources(source_tokenizer, texts, 32, FIXED), FIXED),
-        "real": (real_sources(source_tokenizer, texts, loaded.manifest.limits.max_source_tokens), None),
-    }
     rows = []
-    for name, (sources, fixed) in work.items():
+    for name, (sources, fixed) in workloads(bundle).items():
         for cell in CELLS:
             ratios = paired(engine, sources, cell, fixed, rounds)
             rows.append({"work": name, "beam": cell[0], "batch": cell[1], "ratios": ratios})
-            print(_line(rows[-1]), flush=True)
+            print(line(rows[-1], "numpy / kernels"), flush=True)
     return rows
 
 
-def _line(row: dict[str, Any]) -> str:
+def line(row: dict[str, Any], what: str) -> str:
     ratios = row["ratios"]
     search = "greedy" if row["beam"] == 1 else f"beam {row['beam']}"
     spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
-    return f"{row['work']:5s} {search} x {row['batch']:<2d}: numpy / kernels {statistics.median(ratios):.3f} ({spread})"
+    return f"{row['work']:5s} {search} x {row['batch']:<2d}: {what} {statistics.median(ratios):.3f} ({spread})"
 
 
 def main() -> None:

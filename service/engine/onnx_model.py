@@ -10,6 +10,7 @@ Legend: B batch, S source length, N rows being decoded, V vocabulary.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from service.engine import native
+from service.engine import native, quant_fusion
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
 from service.engine.manifest import (
     CACHE_AXIS,
@@ -29,8 +30,11 @@ from service.engine.manifest import (
     StateSpec,
     TensorSpec,
 )
+from service.engine.quant_fusion import FusedGraph
 from service.engine.row_tables import RowTable, fed, placeholder
 from service.engine.search import FloatArray, IntArray, suppress
+
+log = logging.getLogger("attention_mt.engine")
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # slots added at a time: a copy of the cache every 8 steps, not every step. 8, not 16: the step's
@@ -69,6 +73,8 @@ class SessionConfig:
     enable_mem_pattern: bool | None = None  # None: on, unless the output vocabulary is LARGE_VOCAB or more
     # every session of the process on onnxruntime's one process-wide pool (see shared_thread_pool)
     shared_thread_pool: bool = False
+    # an int8 graph's row quantizations as the attention_mt operators, where built (quant_fusion.py)
+    fuse_quantization: bool = True
 
     def __post_init__(self) -> None:
         if self.shared_thread_pool and not self.spinning:
@@ -179,16 +185,24 @@ def shared_thread_pool(config: SessionConfig) -> None:
 
 
 def make_session(
-    path: str,
+    model: str | bytes,
     config: SessionConfig,
     initializers: dict[str, ort.OrtValue] | None = None,
     fed_tables: bool = False,
     disabled_optimizers: tuple[str, ...] = (),
+    operators: str | None = None,
+    folder: str | None = None,
 ) -> ort.InferenceSession:
-    """`initializers`: weights given instead of those in the graph (the caller keeps them alive).
-    `fed_tables`: the graph has tables read by row, which onnxruntime warns of at every load.
-    `disabled_optimizers`: onnxruntime's graph rewrites by name that the session leaves out."""
+    """`model`: a graph's path, or the serialized graph. `initializers`: weights given instead of those
+    in the graph (the caller keeps them alive). `fed_tables`: the graph has tables read by row, which
+    onnxruntime warns of at every load. `disabled_optimizers`: onnxruntime's graph rewrites by name that
+    the session leaves out. `operators`: the path of a library of custom operators the graph uses.
+    `folder`: where a serialized graph's external weights are."""
     options = ort.SessionOptions()
+    if operators is not None:
+        options.register_custom_ops_library(operators)
+    if folder is not None:  # a graph loaded from memory finds its external weights here
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
     if fed_tables:  # "Initializer ... appears in graph inputs": by design here (row_tables.py)
         options.log_severity_level = 3
     for name, value in (initializers or {}).items():
@@ -211,7 +225,7 @@ def make_session(
     if config.provider == "cuda":
         providers.append(PROVIDERS["cpu"])  # for the few ops CUDA lacks; startup checks the main one
     return ort.InferenceSession(
-        path, sess_options=options, providers=providers, disabled_optimizers=list(disabled_optimizers)
+        model, sess_options=options, providers=providers, disabled_optimizers=list(disabled_optimizers)
     )
 
 
@@ -247,13 +261,38 @@ def _load_session(
     config: SessionConfig,
     initializers: dict[str, ort.OrtValue],
     disabled_optimizers: tuple[str, ...] = (),
-) -> ort.InferenceSession:
+) -> tuple[ort.InferenceSession, FusedGraph | None]:
+    """The session of one graph, and what quant_fusion fused in it (None: loaded as written). A fused
+    graph onnxruntime refuses (an onnxruntime that lacks what it needs) loads as written instead."""
     fed_tables = any(w.by_row is not None for w in bundle.manifest.shared_weights)
+    fused = _fused(bundle, file, config, frozenset(initializers))
+    if fused is not None:
+        operators, folder = quant_fusion.library(), str(bundle.path)
+        try:
+            model = fused.model
+            return make_session(model, config, initializers, fed_tables, disabled_optimizers, operators, folder), fused
+        except Exception as exc:  # onnxruntime's own exception types
+            log.warning("%s: %s loads unfused: onnxruntime refused the fused graph (%s)", bundle.path.name, file,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)  # fmt: skip
     try:
-        return make_session(str(bundle.file(file)), config, initializers, fed_tables, disabled_optimizers)
+        return make_session(str(bundle.file(file)), config, initializers, fed_tables, disabled_optimizers), None
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BundleInvalid(bundle.path, [f"{file}: onnxruntime cannot load it ({reason})"]) from exc
+
+
+def _fused(bundle: Bundle, file: str, config: SessionConfig, given: frozenset[str]) -> FusedGraph | None:
+    """The graph with its row quantizations fused, where the config asks for it on the CPU, the library
+    is built and the graph has them. A graph the rewrite cannot read loads as written, which then says
+    what is wrong with it."""
+    int8 = bundle.manifest.quantization.mode == "int8"  # an fp32 graph has nothing to fuse
+    if not (int8 and config.fuse_quantization and config.provider == "cpu" and quant_fusion.library()):
+        return None
+    try:
+        return quant_fusion.fused_graph(bundle.file(file), given)
+    except Exception as exc:  # the onnx package's own errors for unreadable graphs
+        log.warning("%s: %s loads unfused (%s: %s)", bundle.path.name, file, type(exc).__name__, exc)
+        return None
 
 
 def output_vocabulary(decoder: GraphSpec) -> int:
@@ -289,10 +328,14 @@ class OnnxSeq2Seq:
         self._rows = row_tables(bundle) if config.provider == "cpu" else {"encoder": {}, "decoder": {}}
         # the decoder first: loading a graph holds its weights twice for a moment (read, then
         # prepacked), and the decoder's are the larger; OPUS-MT size fp32 peaked 697 -> 566 MB loading
-        self.decoder = _load_session(
+        self.decoder, fused_decoder = _load_session(
             bundle, graphs.decoder.file, config, self._shared.get("decoder", {}), DECODER_DISABLED_OPTIMIZERS
         )
-        self.encoder = _load_session(bundle, graphs.encoder.file, config, self._shared.get("encoder", {}))
+        encoder_weights = self._shared.get("encoder", {})
+        self.encoder, fused_encoder = _load_session(bundle, graphs.encoder.file, config, encoder_weights)
+        # RowQuant and RowDequant nodes in each graph, for the ready log
+        self.fused = {role: (f.quantizations, f.rescales) for role, f in
+                      (("encoder", fused_encoder), ("decoder", fused_decoder)) if f is not None}  # fmt: skip
         problems = graph_io_problems(graphs.encoder, self.encoder.get_inputs(), self.encoder.get_outputs())
         problems += graph_io_problems(graphs.decoder, self.decoder.get_inputs(), self.decoder.get_outputs())
         problems += self._row_table_problems()

@@ -1,5 +1,5 @@
 """benchmarks/kernels_ab.py: the kernels and numpy, paired on one engine; native.numpy_only really
-switches every kernel off, and back on."""
+switches every kernel off, and back on. benchmarks/fusion_ab.py pairs two engines the same way."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import kernels_ab
+from benchmarks import fusion_ab, kernels_ab
 from benchmarks.engines import EngineSpec, OrtEngine
 from service.engine import beam, native
 
@@ -44,4 +44,14 @@ def test_a_paired_cell_gives_a_ratio_a_round(bundle_dir: Path) -> None:
     engine = OrtEngine(EngineSpec("ort", "", str(bundle_dir / "en-zh"), "intra1", 1, 1))
     sources = [[5, 9, 14, 3], [7, 8, 11, 3]] * 4
     ratios = kernels_ab.paired(engine, sources, (4, 1), 6, rounds=2)
+    assert len(ratios) == 2 and all(r > 0 for r in ratios)
+
+
+def test_the_fusion_pairing_gives_a_ratio_a_round_on_two_engines(bundle_dir: Path) -> None:
+    """The bundle fused and as written, one timer switching between them."""
+    spec = EngineSpec("ort", "int8", str(bundle_dir / "en-zh-int8"), "intra1", 1, 1)
+    fused, written = OrtEngine(spec), OrtEngine(EngineSpec(**{**vars(spec), "fuse_quantization": False}))
+    assert fused.model.fused and not written.model.fused
+    timer = fusion_ab._timer(fused, written, [[5, 9, 14, 3], [7, 8, 11, 3]], 4, 1, 6)
+    ratios = kernels_ab.alternated(timer, rounds=2)
     assert len(ratios) == 2 and all(r > 0 for r in ratios)
