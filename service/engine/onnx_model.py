@@ -224,9 +224,15 @@ def make_session(
     providers = [PROVIDERS[config.provider]]
     if config.provider == "cuda":
         providers.append(PROVIDERS["cpu"])  # for the few ops CUDA lacks; startup checks the main one
-    return ort.InferenceSession(
+    session = ort.InferenceSession(
         model, sess_options=options, providers=providers, disabled_optimizers=list(disabled_optimizers)
     )
+    if isinstance(model, bytes) and getattr(session, "_model_bytes", None) is model:
+        # onnxruntime's Python class keeps a graph given as bytes for as long as the session lives, to
+        # make the session again should a provider fail; ours are made on the CPU, once. It held the
+        # OPUS-MT-size int8 decoder, 57 MB, for nothing
+        session._model_bytes = None
+    return session
 
 
 def read_shared_weights(bundle: Bundle) -> dict[str, dict[str, ort.OrtValue]]:
@@ -261,16 +267,20 @@ def _load_session(
     config: SessionConfig,
     initializers: dict[str, ort.OrtValue],
     disabled_optimizers: tuple[str, ...] = (),
-) -> tuple[ort.InferenceSession, FusedGraph | None]:
-    """The session of one graph, and what quant_fusion fused in it (None: loaded as written). A fused
-    graph onnxruntime refuses (an onnxruntime that lacks what it needs) loads as written instead."""
+) -> tuple[ort.InferenceSession, tuple[int, int] | None]:
+    """The session of one graph, and the RowQuant and RowDequant nodes quant_fusion put in it (None:
+    loaded as written). A fused graph onnxruntime refuses (one that lacks what it needs) loads as written."""
     fed_tables = any(w.by_row is not None for w in bundle.manifest.shared_weights)
     fused = _fused(bundle, file, config, frozenset(initializers))
     if fused is not None:
         operators, folder = quant_fusion.library(), str(bundle.path)
+        counts, model = (fused.quantizations, fused.rescales), fused.model
+        del fused  # the serialized graph is freed once onnxruntime has read it
         try:
-            model = fused.model
-            return make_session(model, config, initializers, fed_tables, disabled_optimizers, operators, folder), fused
+            session = make_session(model, config, initializers, fed_tables, disabled_optimizers, operators, folder)
+            del model
+            quant_fusion.release_freed_memory()
+            return session, counts
         except Exception as exc:  # onnxruntime's own exception types
             log.warning("%s: %s loads unfused: onnxruntime refused the fused graph (%s)", bundle.path.name, file,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)  # fmt: skip
@@ -334,8 +344,8 @@ class OnnxSeq2Seq:
         encoder_weights = self._shared.get("encoder", {})
         self.encoder, fused_encoder = _load_session(bundle, graphs.encoder.file, config, encoder_weights)
         # RowQuant and RowDequant nodes in each graph, for the ready log
-        self.fused = {role: (f.quantizations, f.rescales) for role, f in
-                      (("encoder", fused_encoder), ("decoder", fused_decoder)) if f is not None}  # fmt: skip
+        self.fused = {role: counts for role, counts in
+                      (("encoder", fused_encoder), ("decoder", fused_decoder)) if counts is not None}  # fmt: skip
         problems = graph_io_problems(graphs.encoder, self.encoder.get_inputs(), self.encoder.get_outputs())
         problems += graph_io_problems(graphs.decoder, self.decoder.get_inputs(), self.decoder.get_outputs())
         problems += self._row_table_problems()
