@@ -66,7 +66,7 @@ class FusedGraph:
 @dataclass(frozen=True)
 class _Chain:
     removed: tuple[Any, ...]  # NodeProtos the fused node replaces
-    fused: Any  # the NodeProto that replaces them, placed where the first of `removed` was
+    fused: Any  # the NodeProto that replaces them, placed where the last of `removed` was
     produced: tuple[str, ...]  # names of `removed`'s outputs that `fused` produces
 
 
@@ -158,11 +158,11 @@ def _quantization(g: _Graph, quantize: Any) -> _Chain | None:
         return None
     x, scale, zero_point, extra = found
     zp, floor = g.scalar(zero_point), g.made_by(scale.input[0], "Max")
-    if floor is None or zp is None or zp.dtype != np.uint8 or g.scalar(scale.input[1]) is None:
+    if floor is None or not _is_row_range(g, floor.output[0]) or g.scalar(scale.input[1]) is None:
+        return None
+    if zp is None or zp.dtype != np.uint8:
         return None
     reduce = g.made_by(floor.input[0], "ReduceMax")
-    if reduce is None or g.scalar(floor.input[1]) is None or _reduced_axes(g, reduce) != [-1]:
-        return None
     magnitude = g.made_by(reduce.input[0], "Abs")
     if magnitude is not None and magnitude.input[0] == x:
         extra.append(magnitude)
@@ -186,6 +186,15 @@ def _reduced_axes(g: _Graph, reduce: Any) -> list[int] | None:
     return None
 
 
+def _is_row_range(g: _Graph, name: str) -> bool:
+    """`name` is a row chain's range: Max(ReduceMax over the last axis, a scalar)."""
+    floor = g.made_by(name, "Max")
+    if floor is None or g.scalar(floor.input[1]) is None:
+        return False
+    reduce = g.made_by(floor.input[0], "ReduceMax")
+    return reduce is not None and _reduced_axes(g, reduce) == [-1]
+
+
 def _rescaling(g: _Graph, product: Any) -> tuple[Any, list[Any]] | None:
     """The Div making the row scales MatMulInteger `product` is multiplied by, and the nodes that do
     it (DequantizeLinear, or Cast and Mul); None for another reader."""
@@ -205,7 +214,7 @@ def _rescaling(g: _Graph, product: Any) -> tuple[Any, list[Any]] | None:
 def _rescale(g: _Graph, product: Any, divisors: dict[str, float]) -> _Chain | None:
     """The rescale of MatMulInteger `product` (and the bias added after it) as a RowDequant."""
     found = _rescaling(g, product)
-    if found is None or g.made_by(found[0].input[0], "Max") is None:
+    if found is None or not _is_row_range(g, found[0].input[0]):
         return None
     out_scale, removed = found
     divisor = g.made_by(out_scale.input[1], "Div")
