@@ -158,11 +158,11 @@ def _quantization(g: _Graph, quantize: Any) -> _Chain | None:
         return None
     x, scale, zero_point, extra = found
     zp, floor = g.scalar(zero_point), g.made_by(scale.input[0], "Max")
-    if floor is None or not _is_row_range(g, floor.output[0]) or g.scalar(scale.input[1]) is None:
+    reduce = g.made_by(floor.input[0], "ReduceMax") if floor is not None else None
+    if floor is None or reduce is None or not _is_row_range(g, floor.output[0]) or g.scalar(scale.input[1]) is None:
         return None
     if zp is None or zp.dtype != np.uint8:
         return None
-    reduce = g.made_by(floor.input[0], "ReduceMax")
     magnitude = g.made_by(reduce.input[0], "Abs")
     if magnitude is not None and magnitude.input[0] == x:
         extra.append(magnitude)
