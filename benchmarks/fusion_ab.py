@@ -11,13 +11,12 @@ sentences). Printed: the unfused time ÷ the fused, the median of the rounds wit
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.engines import EngineSpec, OrtEngine
-from benchmarks.kernels_ab import CELLS, alternated, line, seconds_a_sentence, workloads
+from benchmarks.kernels_ab import CELLS, alternated, command, line, seconds_a_sentence, workloads
 from service.engine import quant_fusion
 
 
@@ -46,12 +45,7 @@ def _timer(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bundle", type=Path, required=True)
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    args = parser.parse_args()
-    run(args.bundle, args.rounds, args.threads)
+    command(__doc__, run)
 
 
 if __name__ == "__main__":

@@ -103,13 +103,18 @@ def line(row: dict[str, Any], what: str) -> str:
     return f"{row['work']:5s} {search} x {row['batch']:<2d}: {what} {statistics.median(ratios):.3f} ({spread})"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def command(description: str | None, run: Callable[[Path, int, int], object]) -> None:
+    """The command line of a paired comparison on one bundle (this one's and benchmarks.fusion_ab's)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     args = parser.parse_args()
     run(args.bundle, args.rounds, args.threads)
+
+
+def main() -> None:
+    command(__doc__, run)
 
 
 if __name__ == "__main__":

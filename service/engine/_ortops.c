@@ -12,7 +12,8 @@
      range[r] = max(max_k |x[r, k]|, tiny)
      q[r, k]  = clamp(round_half_even(x[r, k] / (range[r] / levels)) + zero_point, 0, 255)
      What ReduceMax(Abs(x)), Max(., tiny), Div(., levels) and QuantizeLinear(x, scale, zp) give:
-     QuantizeLinear divides by the scale and rounds half to even, as here.
+     QuantizeLinear divides by the scale and rounds half to even, as here. (A NaN in x, a model's
+     fault, quantizes to an unspecified value, here as in the graph.)
 
    RowDequant(acc, range, divisor[, bias]) -> y
      acc: (..., N) int32; range: (...) float32 (RowQuant's); divisor: float32 scalar; bias: (N,) float32

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.shape_inference
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -61,11 +62,16 @@ def ops(model: bytes) -> list[str]:
     return [n.op_type for n in onnx.load_from_string(model).graph.node]
 
 
+@pytest.mark.parametrize("shapes", [False, True])
 @pytest.mark.parametrize("rows", [["batch", "seq"], ["rows"]])
-def test_fused_chains_compute_the_same_bits(tmp_path: Path, rows: list[str], code_path: str) -> None:
+def test_fused_chains_compute_the_same_bits(tmp_path: Path, rows: list[str], shapes: bool, code_path: str) -> None:
     """Both spellings of the lean form: (N, K) rows quantized on axis 0, and (B, S, K) through Div;
-    a ReLU's output (no Abs) and a linear one; random, loud, tied and all-zero rows."""
+    a ReLU's output (no Abs) and a linear one; random, loud, tied and all-zero rows. `shapes`: the
+    graph records its values' shapes (value_info), which the replaced values' must not keep."""
     lean = lean_row_quant(batch_invariant(two_layer_int8(tmp_path, rows)))
+    if shapes:
+        lean = onnx.shape_inference.infer_shapes(lean)
+        assert lean.graph.value_info
     fused = fuse(lean, tmp_path)
     assert (fused.quantizations, fused.rescales) == (2, 2)
     kinds = ops(fused.model)
