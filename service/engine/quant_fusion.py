@@ -282,17 +282,23 @@ def fused_graph(path: Path, given: frozenset[str] = frozenset()) -> FusedGraph |
         onnx.numpy_helper.from_array(np.array(v, np.float32), k) for k, v in divisors.items() if k in used
     )
     _prune(model, used)
-    # the shapes recorded for values no node makes now go, and a range's (RowQuant's drops a keepdims
-    # axis). Those of q and y stay: dropping them too changed the shipped bundles' results in the last
-    # bits, so onnxruntime's optimizers downstream read them
+    _recorded_shapes(model, chains)
+    model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
+    quantizations = sum(c.fused.op_type == "RowQuant" for c in chains)
+    return FusedGraph(model.SerializeToString(), quantizations, len(chains) - quantizations)
+
+
+def _recorded_shapes(model: Any, chains: list[_Chain]) -> None:
+    """The graph's recorded shapes (value_info), kept as far as they hold. Those of values no node
+    makes now go, and a range's (RowQuant's drops the encoder's keepdims axis). Those of q and y stay,
+    as the values are the same: a first version dropped them too, with the rest kept, and the shipped
+    bundles' results changed in the last bits (a graph that records no shapes at all gives the same
+    bits fused or not: tested)."""
     stale = {o for c in chains for n in c.removed for o in n.output} - {o for c in chains for o in c.produced}
     stale |= {c.produced[1] for c in chains if len(c.produced) == 2}
     info = [v for v in model.graph.value_info if v.name not in stale]
     del model.graph.value_info[:]
     model.graph.value_info.extend(info)
-    model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
-    quantizations = sum(c.fused.op_type == "RowQuant" for c in chains)
-    return FusedGraph(model.SerializeToString(), quantizations, len(chains) - quantizations)
 
 
 def _prune(model: Any, used: set[str]) -> None:
