@@ -37,6 +37,9 @@ def truncated_source_ids(tokenizer_ids: list[list[int]], limit: int, eos_id: int
     return [[*ids[: limit - 1], eos_id] for ids in tokenizer_ids]
 
 
+FEW_COLUMNS = 8  # suppress writes up to this many forbidden columns one by one
+
+
 def suppress(log_probs: FloatArray, token_ids: tuple[int, ...], renormalize: bool = False) -> FloatArray:
     """Forbid tokens a model must never generate (padding, BOS): their log-prob becomes -inf.
 
@@ -46,7 +49,14 @@ def suppress(log_probs: FloatArray, token_ids: tuple[int, ...], renormalize: boo
     if renormalize and columns:
         forbidden = np.exp(log_probs[:, columns].astype(np.float64)).sum(axis=1, keepdims=True)  # (N, 1)
         log_probs -= np.log1p(-np.minimum(forbidden, 1.0 - 1e-12)).astype(log_probs.dtype)
-    log_probs[:, columns] = -np.inf
+    if len(columns) <= FEW_COLUMNS:
+        # a column at a time. Right after onnxruntime's run numpy's first call meets cold caches: there
+        # a fancy-indexed write of two columns took 14-20 us, two plain writes 5. Most of that moves to
+        # the next call: whole greedy x 1 int8 decoding gained 1.02x (0.97-1.06), beam 4 1.00x
+        for column in columns:
+            log_probs[:, column] = -np.inf
+    else:
+        log_probs[:, columns] = -np.inf
     return log_probs
 
 

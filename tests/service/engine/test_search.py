@@ -267,6 +267,17 @@ def test_suppressing_with_renormalisation_is_a_log_softmax_over_the_rest() -> No
     assert np.isneginf(plain[:, [0, 2]]).all() and np.array_equal(plain[:, 1], log_probs[:, 1])
 
 
+@pytest.mark.parametrize("count", [1, 3, 12])
+def test_suppressing_few_or_many_columns_forbids_exactly_those(count: int) -> None:
+    """Up to FEW_COLUMNS are written one by one, more with one fancy-indexed write: the same result."""
+    log_probs = np.random.default_rng(count).normal(size=(4, 40)).astype(np.float32)
+    columns = tuple(range(1, 3 * count + 1, 3))
+    out = suppress(log_probs.copy(), columns)
+    expected = log_probs.copy()
+    expected[:, list(columns)] = -np.inf
+    assert np.array_equal(out, expected)
+
+
 def test_power_length_penalty_is_transformers() -> None:
     assert length_penalty(4, 1.0, "power") == 4.0
     assert length_penalty(4, 0.5, "power") == 2.0
