@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     fuse_quantization: bool = Field(
         True,
         description="run an int8 graph's per-row quantizations as two operators of the package's own "
-        "(service/engine/_ortops.c), bit for bit the same results: 1.03-1.15x a decoder step. Needs the "
+        "(service/engine/_ortops.c), bit for bit the same results: 1.03-1.16x a decoder step. Needs the "
         "built library; without it the graph runs as written",
     )
     enable_mem_pattern: bool | None = Field(
