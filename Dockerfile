@@ -40,9 +40,9 @@ COPY pyproject.toml README.md /src/
 COPY service/ /src/service/
 COPY cli/ /src/cli/
 RUN /opt/venv/bin/pip install --no-deps /src \
-    && /opt/venv/bin/python -c "from service.engine import native, quant_fusion; \
+    && /opt/venv/bin/python -c "from service.engine import graph_fusion, native; \
 assert native.available(), 'the C kernel did not build'; \
-assert quant_fusion.library(), 'the onnxruntime operators did not build'"
+assert graph_fusion.library(), 'the onnxruntime operators did not build'"
 
 # ---- runtime ------------------------------------------------------------------------------------
 FROM python-base AS runtime

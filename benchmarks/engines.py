@@ -45,6 +45,7 @@ class EngineSpec:
     inter_threads: int = 1  # ct2 inter_threads; for ort: threads splitting a batch over one session
     env: dict[str, str] = field(default_factory=dict)  # set before the engine's library is imported
     fuse_quantization: bool = True  # ort: int8 row quantizations as the attention_mt operators (quant_fusion.py)
+    fuse_attention: bool = True  # ort: the decoder step's attentions as the attention_mt operators
 
     @property
     def label(self) -> str:
@@ -135,6 +136,7 @@ class OrtEngine:
             inter_op_threads=1,
             shared_thread_pool=shared,
             fuse_quantization=spec.fuse_quantization,
+            fuse_attention=spec.fuse_attention,
         )
         # several threads splitting a batch run one session: onnxruntime takes concurrent calls on a
         # session, each on its caller's thread at one intra-op thread, and the threads share one copy

@@ -103,13 +103,17 @@ def line(row: dict[str, Any], what: str) -> str:
     return f"{row['work']:5s} {search} x {row['batch']:<2d}: {what} {statistics.median(ratios):.3f} ({spread})"
 
 
-def command(description: str | None, run: Callable[[Path, int, int], object]) -> None:
+def parser(description: str | None) -> argparse.ArgumentParser:
     """The command line of a paired comparison on one bundle (this one's and benchmarks.fusion_ab's)."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bundle", type=Path, required=True)
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    args = parser.parse_args()
+    found = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    found.add_argument("--bundle", type=Path, required=True)
+    found.add_argument("--rounds", type=int, default=11)
+    found.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    return found
+
+
+def command(description: str | None, run: Callable[[Path, int, int], object]) -> None:
+    args = parser(description).parse_args()
     run(args.bundle, args.rounds, args.threads)
 
 

@@ -35,6 +35,12 @@ class Settings(BaseSettings):
         "(service/engine/_ortops.c), bit for bit the same results: 1.03-1.16x a decoder step. Needs the "
         "built library; without it the graph runs as written",
     )
+    fuse_attention: bool = Field(
+        True,
+        description="run a decoder step's attentions (one per layer over the cache, one over the source) as "
+        "operators of the package's own (service/engine/ortops_attention.c): the graph's results to rounding, "
+        "batch-invariant. Needs the built library; without it the graph runs as written",
+    )
     enable_mem_pattern: bool | None = Field(
         None,
         description="onnxruntime's memory pattern (one planned block per input shape). Unset: on, except for an "

@@ -31,7 +31,7 @@ from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestContext
 from service.api.routes import STATIC_DIR, bodies, router
 from service.api.security import HeaderLimit, SecurityHeaders
-from service.engine import native, quant_fusion
+from service.engine import graph_fusion, native
 from service.engine.catalog import Catalog, resolve_provider
 from service.engine.errors import EngineError
 from service.engine.invariance import check_batch_invariance
@@ -105,6 +105,7 @@ def session_config(settings: Settings) -> SessionConfig:
         enable_mem_arena=settings.enable_mem_arena,
         enable_mem_pattern=settings.enable_mem_pattern,
         fuse_quantization=settings.fuse_quantization,
+        fuse_attention=settings.fuse_attention,
         # threads that spin anyway share one pool, so one model's idle threads never spin on the cores
         # another model's are running on (all of a server's sessions come from these settings)
         shared_thread_pool=settings.intra_op_spinning and settings.intra_op_threads != 1,
@@ -166,19 +167,22 @@ async def _load_and_warm(app: FastAPI) -> None:
         app.state.on_ready()
     app.state.ready = True
     kernels = native.available() or "numpy (the C kernels are not built)"
-    log.info("ready: %s; search kernels: %s; fused int8 operators: %s", ", ".join(sorted(catalog.models)), kernels,
+    log.info("ready: %s; search kernels: %s; fused operators: %s", ", ".join(sorted(catalog.models)), kernels,
              fused_operators(catalog), extra={"event": "ready"})  # fmt: skip
 
 
 def fused_operators(catalog: Catalog) -> str:
-    """What quant_fusion fused in each model's graphs, for the ready log line: an operator can see an
+    """What graph_fusion fused in each model's graphs, for the ready log line: an operator can see an
     install without the operator library, or a setting that turned it off."""
     fused = {name: t.model.fused for name, t in sorted(catalog.models.items()) if t.model.fused}
     if not fused:
-        return "none" if quant_fusion.library() else "none (the operator library is not built)"
-    return ", ".join(
-        f"{name} ({sum(q + r for q, r in roles.values())} in {'+'.join(roles)})" for name, roles in fused.items()
-    )
+        return "none" if graph_fusion.library() else "none (the operator library is not built)"
+    return "; ".join(f"{name} ({_fused_nodes(roles)})" for name, roles in fused.items())
+
+
+def _fused_nodes(roles: dict[str, dict[str, int]]) -> str:
+    """e.g. "encoder: 12 RowQuant, 12 RowDequant; decoder: 3 CacheAttention, ..." for one model."""
+    return ", ".join(f"{role}: " + " ".join(f"{n} {op}" for op, n in ops.items()) for role, ops in roles.items())
 
 
 async def checked_invariance(service: TranslationService, text: str, metrics: Metrics) -> dict[str, bool]:

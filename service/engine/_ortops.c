@@ -1,5 +1,6 @@
 /* onnxruntime custom operators (domain "attention_mt"): the per-row quantization around each int8
-   MatMulInteger of a batch-invariant int8 graph, each in one node.
+   MatMulInteger of a batch-invariant int8 graph, each in one node; and the library's registration of
+   every operator, these and the decoder step's attentions (ortops_attention.c).
 
    The graph spells a row's quantization as ~7 standard operators (Abs, ReduceMax, Max, Div, Shape,
    Expand, QuantizeLinear) and the rescale of its product as 3 (Div, DequantizeLinear, Add). At one
@@ -40,58 +41,16 @@
 #define HAVE_AVX2_PATH 0
 #endif
 
-typedef struct OrtStatus OrtStatus;
-typedef struct OrtApi OrtApi; /* used only as a table of function pointers */
-typedef struct OrtValue OrtValue;
-typedef struct OrtKernelContext OrtKernelContext;
-typedef struct OrtKernelInfo OrtKernelInfo;
-typedef struct OrtSessionOptions OrtSessionOptions;
-typedef struct OrtCustomOpDomain OrtCustomOpDomain;
-typedef struct OrtTensorTypeAndShapeInfo OrtTensorTypeAndShapeInfo;
-
-typedef struct OrtApiBase {
-    const OrtApi *(*GetApi)(uint32_t version);
-    const char *(*GetVersionString)(void);
-} OrtApiBase;
-
-enum { TYPE_FLOAT = 1, TYPE_UINT8 = 2, TYPE_INT32 = 6 };
-enum { ORT_INVALID_ARGUMENT = 2 };
-enum { CUSTOM_OP_VERSION = 16, API_VERSION = 16 };
-
-/* positions in the OrtApi table */
-enum {
-    API_CREATE_STATUS = 0,
-    API_CREATE_CUSTOM_OP_DOMAIN = 26,
-    API_CUSTOM_OP_DOMAIN_ADD = 27,
-    API_ADD_CUSTOM_OP_DOMAIN = 28,
-    API_GET_TENSOR_MUTABLE_DATA = 51,
-    API_GET_TENSOR_ELEMENT_TYPE = 60,
-    API_GET_DIMENSIONS_COUNT = 61,
-    API_GET_DIMENSIONS = 62,
-    API_GET_TENSOR_TYPE_AND_SHAPE = 65,
-    API_KERNEL_CONTEXT_GET_INPUT_COUNT = 88,
-    API_KERNEL_CONTEXT_GET_INPUT = 90,
-    API_KERNEL_CONTEXT_GET_OUTPUT = 91,
-    API_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO = 99,
-};
+#include "ortops.h"
 
 static const OrtApi *api;
 
 typedef void (*ApiFunction)(void);
 #define ENTRY(index, type) ((type)(((const ApiFunction *)api)[index]))
 
-static OrtStatus *error(const char *message) {
+OrtStatus *ops_error(const char *message) {
     return ENTRY(API_CREATE_STATUS, OrtStatus *(*)(int, const char *))(ORT_INVALID_ARGUMENT, message);
 }
-
-#define MAX_RANK 8
-
-typedef struct {
-    void *data;
-    int type;
-    size_t rank;
-    int64_t dims[MAX_RANK];
-} Tensor;
 
 /* A tensor's data, element type and shape; NULL, or an error for an unexpected rank. */
 static OrtStatus *described(const OrtValue *value, Tensor *t) {
@@ -99,7 +58,7 @@ static OrtStatus *described(const OrtValue *value, Tensor *t) {
     OrtStatus *status = ENTRY(API_GET_TENSOR_TYPE_AND_SHAPE, OrtStatus *(*)(const OrtValue *, OrtTensorTypeAndShapeInfo **))(value, &info);
     if (status) return status;
     status = ENTRY(API_GET_DIMENSIONS_COUNT, OrtStatus *(*)(const OrtTensorTypeAndShapeInfo *, size_t *))(info, &t->rank);
-    if (!status && t->rank > MAX_RANK) status = error("attention_mt: a tensor of rank above 8");
+    if (!status && t->rank > MAX_RANK) status = ops_error("attention_mt: a tensor of rank above 8");
     if (!status) status = ENTRY(API_GET_DIMENSIONS, OrtStatus *(*)(const OrtTensorTypeAndShapeInfo *, int64_t *, size_t))(info, t->dims, t->rank);
     if (!status) status = ENTRY(API_GET_TENSOR_ELEMENT_TYPE, OrtStatus *(*)(const OrtTensorTypeAndShapeInfo *, int *))(info, &t->type);
     ENTRY(API_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO, void (*)(OrtTensorTypeAndShapeInfo *))(info);
@@ -107,30 +66,30 @@ static OrtStatus *described(const OrtValue *value, Tensor *t) {
     return ENTRY(API_GET_TENSOR_MUTABLE_DATA, OrtStatus *(*)(OrtValue *, void **))((OrtValue *)value, &t->data);
 }
 
-static OrtStatus *input(OrtKernelContext *context, size_t index, int type, Tensor *t) {
+OrtStatus *ops_input(OrtKernelContext *context, size_t index, int type, Tensor *t) {
     const OrtValue *value = NULL;
     OrtStatus *status = ENTRY(API_KERNEL_CONTEXT_GET_INPUT, OrtStatus *(*)(const OrtKernelContext *, size_t, const OrtValue **))(context, index, &value);
     if (status) return status;
-    if (!value) return error("attention_mt: a required input is missing");
+    if (!value) return ops_error("attention_mt: a required input is missing");
     status = described(value, t);
-    if (!status && t->type != type) status = error("attention_mt: an input of the wrong element type");
+    if (!status && t->type != type) status = ops_error("attention_mt: an input of the wrong element type");
     return status;
 }
 
-static OrtStatus *output(OrtKernelContext *context, size_t index, const int64_t *dims, size_t rank, void **data) {
+OrtStatus *ops_output(OrtKernelContext *context, size_t index, const int64_t *dims, size_t rank, void **data) {
     OrtValue *value = NULL;
     OrtStatus *status = ENTRY(API_KERNEL_CONTEXT_GET_OUTPUT, OrtStatus *(*)(OrtKernelContext *, size_t, const int64_t *, size_t, OrtValue **))(context, index, dims, rank, &value);
     if (status) return status;
     return ENTRY(API_GET_TENSOR_MUTABLE_DATA, OrtStatus *(*)(OrtValue *, void **))(value, data);
 }
 
-static int64_t count(const int64_t *dims, size_t rank) {
+int64_t ops_count(const int64_t *dims, size_t rank) {
     int64_t n = 1;
     for (size_t i = 0; i < rank; i++) n *= dims[i];
     return n;
 }
 
-static int is_scalar(const Tensor *t) { return count(t->dims, t->rank) == 1; }
+int ops_is_scalar(const Tensor *t) { return ops_count(t->dims, t->rank) == 1; }
 
 /* ---- RowQuant ---- */
 
@@ -215,18 +174,18 @@ static const Kernels *kernels = &portable_kernels;
 
 static OrtStatus *row_quant(OrtKernelContext *context) {
     Tensor x, levels, zero_point, tiny;
-    OrtStatus *status = input(context, 0, TYPE_FLOAT, &x);
-    if (!status) status = input(context, 1, TYPE_FLOAT, &levels);
-    if (!status) status = input(context, 2, TYPE_UINT8, &zero_point);
-    if (!status) status = input(context, 3, TYPE_FLOAT, &tiny);
+    OrtStatus *status = ops_input(context, 0, TYPE_FLOAT, &x);
+    if (!status) status = ops_input(context, 1, TYPE_FLOAT, &levels);
+    if (!status) status = ops_input(context, 2, TYPE_UINT8, &zero_point);
+    if (!status) status = ops_input(context, 3, TYPE_FLOAT, &tiny);
     if (status) return status;
-    if (x.rank < 1 || !is_scalar(&levels) || !is_scalar(&zero_point) || !is_scalar(&tiny))
-        return error("attention_mt.RowQuant: x of rank 1 or more; levels, zero_point and tiny scalars");
+    if (x.rank < 1 || !ops_is_scalar(&levels) || !ops_is_scalar(&zero_point) || !ops_is_scalar(&tiny))
+        return ops_error("attention_mt.RowQuant: x of rank 1 or more; levels, zero_point and tiny scalars");
     uint8_t *q;
     float *range;
-    if ((status = output(context, 0, x.dims, x.rank, (void **)&q))) return status;
-    if ((status = output(context, 1, x.dims, x.rank - 1, (void **)&range))) return status;
-    const int64_t k = x.dims[x.rank - 1], rows = count(x.dims, x.rank - 1);
+    if ((status = ops_output(context, 0, x.dims, x.rank, (void **)&q))) return status;
+    if ((status = ops_output(context, 1, x.dims, x.rank - 1, (void **)&range))) return status;
+    const int64_t k = x.dims[x.rank - 1], rows = ops_count(x.dims, x.rank - 1);
     const float *xs = x.data, level = *(const float *)levels.data, floor_ = *(const float *)tiny.data;
     const int zp = *(const uint8_t *)zero_point.data;
     for (int64_t r = 0; r < rows; r++) {
@@ -242,18 +201,18 @@ static OrtStatus *row_dequant(OrtKernelContext *context) {
     Tensor acc, range, divisor, bias;
     size_t inputs = 0;
     OrtStatus *status = ENTRY(API_KERNEL_CONTEXT_GET_INPUT_COUNT, OrtStatus *(*)(const OrtKernelContext *, size_t *))(context, &inputs);
-    if (!status) status = input(context, 0, TYPE_INT32, &acc);
-    if (!status) status = input(context, 1, TYPE_FLOAT, &range);
-    if (!status) status = input(context, 2, TYPE_FLOAT, &divisor);
+    if (!status) status = ops_input(context, 0, TYPE_INT32, &acc);
+    if (!status) status = ops_input(context, 1, TYPE_FLOAT, &range);
+    if (!status) status = ops_input(context, 2, TYPE_FLOAT, &divisor);
     const int with_bias = inputs > 3;
-    if (!status && with_bias) status = input(context, 3, TYPE_FLOAT, &bias);
+    if (!status && with_bias) status = ops_input(context, 3, TYPE_FLOAT, &bias);
     if (status) return status;
-    if (acc.rank < 1 || !is_scalar(&divisor) || count(range.dims, range.rank) != count(acc.dims, acc.rank - 1))
-        return error("attention_mt.RowDequant: acc of rank 1 or more, a range per row, a scalar divisor");
-    const int64_t n = acc.dims[acc.rank - 1], rows = count(acc.dims, acc.rank - 1);
-    if (with_bias && count(bias.dims, bias.rank) != n) return error("attention_mt.RowDequant: a bias per column");
+    if (acc.rank < 1 || !ops_is_scalar(&divisor) || ops_count(range.dims, range.rank) != ops_count(acc.dims, acc.rank - 1))
+        return ops_error("attention_mt.RowDequant: acc of rank 1 or more, a range per row, a scalar divisor");
+    const int64_t n = acc.dims[acc.rank - 1], rows = ops_count(acc.dims, acc.rank - 1);
+    if (with_bias && ops_count(bias.dims, bias.rank) != n) return ops_error("attention_mt.RowDequant: a bias per column");
     float *y;
-    if ((status = output(context, 0, acc.dims, acc.rank, (void **)&y))) return status;
+    if ((status = ops_output(context, 0, acc.dims, acc.rank, (void **)&y))) return status;
     const int32_t *a = acc.data;
     const float *ranges = range.data, *b = with_bias ? (const float *)bias.data : NULL;
     const float d = *(const float *)divisor.data;
@@ -334,10 +293,15 @@ static const int quant_inputs[] = {TYPE_FLOAT, TYPE_FLOAT, TYPE_UINT8, TYPE_FLOA
 static const int quant_outputs[] = {TYPE_UINT8, TYPE_FLOAT};
 static const int dequant_inputs[] = {TYPE_INT32, TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT};
 static const int dequant_outputs[] = {TYPE_FLOAT};
+static const int cache_inputs_[] = {TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_INT64, TYPE_FLOAT};
+static const int cross_inputs_[] = {TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_BOOL, TYPE_FLOAT};
+static const int attention_outputs[] = {TYPE_FLOAT, TYPE_FLOAT};
 
 static Operator operators[] = {
     OPERATOR("RowQuant", quant_inputs, 4, quant_outputs, row_quant),
     OPERATOR("RowDequant", dequant_inputs, 3, dequant_outputs, row_dequant),
+    OPERATOR("CacheAttention", cache_inputs_, 7, attention_outputs, cache_attention),
+    OPERATOR("CrossAttention", cross_inputs_, 5, attention_outputs, cross_attention),
 };
 
 #define DOMAIN "attention_mt"
@@ -353,6 +317,9 @@ OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base)
         chosen = &avx2_kernels;
 #endif
     kernels = chosen;
+#if HAVE_AVX2_PATH
+    attention_kernels(chosen == &avx2_kernels);
+#endif
     if (!api) return NULL; /* an onnxruntime older than 1.16: the graph fails to load, naming the op */
     OrtCustomOpDomain *domain = NULL;
     OrtStatus *status = ENTRY(API_CREATE_CUSTOM_OP_DOMAIN, OrtStatus *(*)(const char *, OrtCustomOpDomain **))(DOMAIN, &domain);

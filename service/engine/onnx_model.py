@@ -19,8 +19,9 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from service.engine import native, quant_fusion
+from service.engine import graph_fusion, native
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
+from service.engine.graph_fusion import FusedGraph, Fusions
 from service.engine.manifest import (
     CACHE_AXIS,
     LEGACY_CACHE_AXIS,
@@ -30,7 +31,6 @@ from service.engine.manifest import (
     StateSpec,
     TensorSpec,
 )
-from service.engine.quant_fusion import FusedGraph
 from service.engine.row_tables import RowTable, fed, placeholder
 from service.engine.search import FloatArray, IntArray, suppress
 
@@ -75,6 +75,8 @@ class SessionConfig:
     shared_thread_pool: bool = False
     # an int8 graph's row quantizations as the attention_mt operators, where built (quant_fusion.py)
     fuse_quantization: bool = True
+    # a decoder step's attentions as the attention_mt operators, where built (attention_fusion.py)
+    fuse_attention: bool = True
 
     def __post_init__(self) -> None:
         if self.shared_thread_pool and not self.spinning:
@@ -267,19 +269,21 @@ def _load_session(
     config: SessionConfig,
     initializers: dict[str, ort.OrtValue],
     disabled_optimizers: tuple[str, ...] = (),
-) -> tuple[ort.InferenceSession, tuple[int, int] | None]:
-    """The session of one graph, and the RowQuant and RowDequant nodes quant_fusion put in it (None:
-    loaded as written). A fused graph onnxruntime refuses (one that lacks what it needs) loads as written."""
+    step: bool = False,
+) -> tuple[ort.InferenceSession, dict[str, int] | None]:
+    """The session of one graph, and the attention_mt operators graph_fusion put in it, by name (None:
+    loaded as written). `step`: the graph is the decoder's step, whose attentions may be fused. A fused
+    graph onnxruntime refuses (one that lacks what it needs) loads as written."""
     fed_tables = any(w.by_row is not None for w in bundle.manifest.shared_weights)
-    fused = _fused(bundle, file, config, frozenset(initializers))
+    fused = _fused(bundle, file, config, frozenset(initializers), step)
     if fused is not None:
-        operators, folder = quant_fusion.library(), str(bundle.path)
-        counts, model = (fused.quantizations, fused.rescales), fused.model
+        operators, folder = graph_fusion.library(), str(bundle.path)
+        counts, model = fused.operators, fused.model
         del fused  # the serialized graph is freed once onnxruntime has read it
         try:
             session = make_session(model, config, initializers, fed_tables, disabled_optimizers, operators, folder)
             del model
-            quant_fusion.release_freed_memory()
+            graph_fusion.release_freed_memory()
             return session, counts
         except Exception as exc:  # onnxruntime's own exception types
             log.warning("%s: %s loads unfused: onnxruntime refused the fused graph (%s)", bundle.path.name, file,
@@ -291,15 +295,16 @@ def _load_session(
         raise BundleInvalid(bundle.path, [f"{file}: onnxruntime cannot load it ({reason})"]) from exc
 
 
-def _fused(bundle: Bundle, file: str, config: SessionConfig, given: frozenset[str]) -> FusedGraph | None:
-    """The graph with its row quantizations fused, where the config asks for it on the CPU, the library
-    is built and the graph has them. A graph the rewrite cannot read loads as written, which then says
-    what is wrong with it."""
-    int8 = bundle.manifest.quantization.mode == "int8"  # an fp32 graph has nothing to fuse
-    if not (int8 and config.fuse_quantization and config.provider == "cpu" and quant_fusion.library()):
+def _fused(bundle: Bundle, file: str, config: SessionConfig, given: frozenset[str], step: bool) -> FusedGraph | None:
+    """The graph with what the config asks fused, on the CPU, where the library is built and the graph
+    has something to fuse: an int8 graph's row quantizations, a written decoder step's attentions. A
+    graph the rewrite cannot read loads as written, which then says what is wrong with it."""
+    int8 = bundle.manifest.quantization.mode == "int8"  # an fp32 graph has no row quantizations
+    fusions = Fusions(rows=int8 and config.fuse_quantization, attention=step and config.fuse_attention)
+    if not (fusions.rows or fusions.attention) or config.provider != "cpu" or not graph_fusion.library():
         return None
     try:
-        return quant_fusion.fused_graph(bundle.file(file), given)
+        return graph_fusion.fused_graph(bundle.file(file), given, fusions)
     except Exception as exc:  # the onnx package's own errors for unreadable graphs
         log.warning("%s: %s loads unfused (%s: %s)", bundle.path.name, file, type(exc).__name__, exc)
         return None
@@ -339,11 +344,11 @@ class OnnxSeq2Seq:
         # the decoder first: loading a graph holds its weights twice for a moment (read, then
         # prepacked), and the decoder's are the larger; OPUS-MT size fp32 peaked 697 -> 566 MB loading
         self.decoder, fused_decoder = _load_session(
-            bundle, graphs.decoder.file, config, self._shared.get("decoder", {}), DECODER_DISABLED_OPTIMIZERS
+            bundle, graphs.decoder.file, config, self._shared.get("decoder", {}), DECODER_DISABLED_OPTIMIZERS, step=True
         )
         encoder_weights = self._shared.get("encoder", {})
         self.encoder, fused_encoder = _load_session(bundle, graphs.encoder.file, config, encoder_weights)
-        # RowQuant and RowDequant nodes in each graph, for the ready log
+        # attention_mt operators in each graph, by name, for the ready log
         self.fused = {role: counts for role, counts in
                       (("encoder", fused_encoder), ("decoder", fused_decoder)) if counts is not None}  # fmt: skip
         problems = graph_io_problems(graphs.encoder, self.encoder.get_inputs(), self.encoder.get_outputs())

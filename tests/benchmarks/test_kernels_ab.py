@@ -49,9 +49,10 @@ def test_a_paired_cell_gives_a_ratio_a_round(bundle_dir: Path) -> None:
 
 def test_the_fusion_pairing_gives_a_ratio_a_round_on_two_engines(bundle_dir: Path) -> None:
     """The bundle fused and as written, one timer switching between them."""
-    spec = EngineSpec("ort", "int8", str(bundle_dir / "en-zh-int8"), "intra1", 1, 1)
-    fused, written = OrtEngine(spec), OrtEngine(EngineSpec(**{**vars(spec), "fuse_quantization": False}))
+    fused, written = fusion_ab.engines(bundle_dir / "en-zh-int8", 1, "both")
     assert fused.model.fused and not written.model.fused
+    fused, written = fusion_ab.engines(bundle_dir / "en-zh-int8", 1, "attention")
+    assert "CacheAttention" in fused.model.fused["decoder"] and "CacheAttention" not in written.model.fused["decoder"]
     timer = fusion_ab._timer(fused, written, [[5, 9, 14, 3], [7, 8, 11, 3]], 4, 1, 6)
     ratios = kernels_ab.alternated(timer, rounds=2)
     assert len(ratios) == 2 and all(r > 0 for r in ratios)

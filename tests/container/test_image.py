@@ -87,9 +87,11 @@ def test_two_workers_on_a_read_only_root_serve_add_up_metrics_and_stop_cleanly(
         while (logs := _logs(running.name)).count('"event": "ready"') < 2:
             assert time.monotonic() < deadline, logs[-3000:]
             time.sleep(0.2)
-        # the image built the operator library and has onnx: the int8 bundle's graphs load fused
+        # the image built the operator library and has onnx: the int8 bundle's graphs load fused, and
+        # every decoder step's attentions
         ready = [line for line in logs.splitlines() if '"event": "ready"' in line]
-        assert all("fused int8 operators: en-zh-int8 (" in line for line in ready), ready
+        assert all("fused operators: " in line and "en-zh-int8 (encoder: " in line for line in ready), ready
+        assert all(line.count("CacheAttention") >= 2 for line in ready), ready
         for _ in range(6):
             assert post(f"{running.url}/v1/translate", {"q": "Tom chases Jerry.", "model": "en-zh"})[0] == 200
         with urllib.request.urlopen(f"{running.url}/metrics", timeout=10) as r:

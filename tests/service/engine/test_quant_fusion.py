@@ -19,8 +19,9 @@ from onnx import TensorProto, helper, numpy_helper
 from benchmarks.step_bench import feeds
 from export.invariant_quant import batch_invariant
 from export.lean_quant import lean_row_quant
-from service.engine import quant_fusion
+from service.engine import graph_fusion
 from service.engine.bundle import load_bundle
+from service.engine.graph_fusion import Fusions
 from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig
 from service.engine.scoring import Scoring
 from service.engine.search import beam_search, greedy_search
@@ -29,11 +30,12 @@ from tests.export.test_invariant_quant import two_layer_int8
 from tests.export.test_lean_quant import inputs
 
 RNG = np.random.default_rng(11)
+ROWS_ONLY = Fusions(rows=True, attention=False)  # the attentions' fusion rounds differently
 
 
 @pytest.fixture(autouse=True)
 def built() -> None:
-    if quant_fusion.library() is None:
+    if graph_fusion.library() is None:
         pytest.fail("the operator library is not built: pip install -e . needs a C compiler (see pyproject.toml)")
 
 
@@ -45,16 +47,19 @@ def code_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     yield request.param
 
 
-def session(model: bytes, fused: bool) -> ort.InferenceSession:
+def session(model: bytes, fused: bool, folder: Path | None = None) -> ort.InferenceSession:
+    """`folder`: where a fused graph's weights are (the file it was read from)."""
     options = ort.SessionOptions()
     if fused:
-        options.register_custom_ops_library(quant_fusion.library())
+        options.register_custom_ops_library(graph_fusion.library())
+    if folder is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def fuse(model: onnx.ModelProto, tmp_path: Path) -> quant_fusion.FusedGraph:
+def fuse(model: onnx.ModelProto, tmp_path: Path) -> graph_fusion.FusedGraph:
     onnx.save(model, str(tmp_path / "graph.onnx"))
-    fused = quant_fusion.fused_graph(tmp_path / "graph.onnx")
+    fused = graph_fusion.fused_graph(tmp_path / "graph.onnx", fusions=ROWS_ONLY)
     assert fused is not None
     return fused
 
@@ -74,7 +79,7 @@ def test_fused_chains_compute_the_same_bits(tmp_path: Path, rows: list[str], sha
         lean = onnx.shape_inference.infer_shapes(lean)
         assert lean.graph.value_info
     fused = fuse(lean, tmp_path)
-    assert (fused.quantizations, fused.rescales) == (2, 2)
+    assert fused.operators == {"RowDequant": 2, "RowQuant": 2}
     kinds = ops(fused.model)
     assert kinds.count("MatMulInteger") == 2 and kinds.count("RowQuant") == 2 and kinds.count("RowDequant") == 2
     assert not {"QuantizeLinear", "DequantizeLinear", "ReduceMax", "Abs", "Cast"} & set(kinds)
@@ -126,7 +131,7 @@ def test_a_chain_of_any_width_gives_the_same_bits(
 ) -> None:
     model = lean_chain(k, n, with_bias)
     fused = fuse(model, tmp_path)
-    assert (fused.quantizations, fused.rescales) == (1, 1)
+    assert fused.operators == {"RowDequant": 1, "RowQuant": 1}
     written, ours = session(model.SerializeToString(), False), session(fused.model, True)
     for x in [*inputs((9, k)), np.zeros((0, k), np.float32), RNG.standard_normal((1, k)).astype(np.float32) * 1e-35]:
         assert np.array_equal(ours.run(None, {"x": x})[0], written.run(None, {"x": x})[0])
@@ -138,7 +143,7 @@ def test_a_chain_something_else_reads_stays_as_written(tmp_path: Path) -> None:
     model = lean_chain(16, 8, True)
     model.graph.output.append(helper.make_tensor_value_info("range", TensorProto.FLOAT, None))
     fused = fuse(model, tmp_path)
-    assert (fused.quantizations, fused.rescales) == (0, 1)
+    assert fused.operators == {"RowDequant": 1}
     assert "QuantizeLinear" in ops(fused.model)
     written, ours = session(model.SerializeToString(), False), session(fused.model, True)
     x = RNG.standard_normal((4, 16)).astype(np.float32)
@@ -150,12 +155,12 @@ def test_a_graph_without_chains_is_not_rewritten(tmp_path: Path) -> None:
     x, y = (helper.make_tensor_value_info(name, TensorProto.FLOAT, [2]) for name in ("x", "y"))
     model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "plain", [x], [y]))
     onnx.save(model, str(tmp_path / "plain.onnx"))
-    assert quant_fusion.fused_graph(tmp_path / "plain.onnx") is None
+    assert graph_fusion.fused_graph(tmp_path / "plain.onnx") is None
 
 
 def test_the_operators_refuse_inputs_they_do_not_take() -> None:
     """A range that is not one value per row: an onnxruntime error naming the operator, not a crash."""
-    node = helper.make_node("RowDequant", ["acc", "range", "divisor"], ["y"], domain=quant_fusion.DOMAIN)
+    node = helper.make_node("RowDequant", ["acc", "range", "divisor"], ["y"], domain=graph_fusion.DOMAIN)
     graph = helper.make_graph(
         [node], "bad",
         [helper.make_tensor_value_info("acc", TensorProto.INT32, [3, 4]),
@@ -163,7 +168,7 @@ def test_the_operators_refuse_inputs_they_do_not_take() -> None:
          helper.make_tensor_value_info("divisor", TensorProto.FLOAT, [])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )  # fmt: skip
-    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(quant_fusion.DOMAIN, 1)]
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(graph_fusion.DOMAIN, 1)]
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10
     feeds = {"acc": np.ones((3, 4), np.int32), "range": np.ones(2, np.float32), "divisor": np.array(2.0, np.float32)}
@@ -197,8 +202,8 @@ def decoded(model: OnnxSeq2Seq) -> list[tuple[list[int], list[float], bytes, flo
 
 def test_translations_are_the_same_fused_or_as_written(bundle_dir: Path) -> None:
     bundle = load_bundle(bundle_dir / "en-zh-int8")
-    fused = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1))
-    written = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1, fuse_quantization=False))
+    fused = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1, fuse_attention=False))
+    written = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1, fuse_quantization=False, fuse_attention=False))
     assert set(fused.fused) == {"encoder", "decoder"} and written.fused == {}
     assert decoded(fused) == decoded(written)
     # onnxruntime's Python class would keep a graph loaded from bytes alive with the session
@@ -212,15 +217,16 @@ def test_a_graph_without_recorded_shapes_gives_the_same_bits(bundle_dir: Path, t
     model = onnx.load(str(bundle_dir / "en-zh-int8" / f"{graph}.onnx"))
     del model.graph.value_info[:]
     fused = fuse(model, tmp_path)
-    written, ours = session(model.SerializeToString(), False), session(fused.model, True)
+    written, ours = session(model.SerializeToString(), False), session(fused.model, True, tmp_path)
     for batch in (1, 5):
         inputs = feeds(written, batch) if graph == "decoder" else encoder_feeds(batch)
         for got, want in zip(ours.run(None, inputs), written.run(None, inputs), strict=True):
             assert np.array_equal(got, want)
 
 
-def test_an_fp32_bundle_has_nothing_to_fuse(bundle_dir: Path) -> None:
-    assert OnnxSeq2Seq(load_bundle(bundle_dir / "en-zh"), SessionConfig(intra_op_threads=1)).fused == {}
+def test_an_fp32_bundle_has_no_rows_to_fuse(bundle_dir: Path) -> None:
+    config = SessionConfig(intra_op_threads=1, fuse_attention=False)
+    assert OnnxSeq2Seq(load_bundle(bundle_dir / "en-zh"), config).fused == {}
 
 
 def test_a_fused_graph_onnxruntime_refuses_loads_as_written(
@@ -229,11 +235,11 @@ def test_a_fused_graph_onnxruntime_refuses_loads_as_written(
     """An operator library onnxruntime cannot load (here: not a library at all) costs the speed, not
     the model: a warning names the graph, and it translates as before."""
     bundle = load_bundle(bundle_dir / "en-zh-int8")
-    monkeypatch.setattr(quant_fusion, "library", lambda: str(bundle.path / "manifest.json"))
+    monkeypatch.setattr(graph_fusion, "library", lambda: str(bundle.path / "manifest.json"))
     with caplog.at_level(logging.WARNING, logger="attention_mt.engine"):
         model = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1))
     assert model.fused == {}
     assert any("loads unfused" in r.getMessage() and "decoder.onnx" in r.getMessage() for r in caplog.records)
     monkeypatch.undo()
-    written = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1, fuse_quantization=False))
+    written = OnnxSeq2Seq(bundle, SessionConfig(intra_op_threads=1, fuse_quantization=False, fuse_attention=False))
     assert decoded(model) == decoded(written)
