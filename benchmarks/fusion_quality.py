@@ -43,7 +43,7 @@ def measure(bundle: Path, test: list[Pair], sentences: int) -> dict[str, Any]:
         if fused:
             ids = translator.source_ids(sources[:: max(1, len(sources) // sentences)][:sentences])
             changes = {b: batching_changes(translator, ids, b) for b in BEAMS}
-            found["batching_changes_fused"] = {
+            found["batching_changes_fused"] = {  # translations changed, of sentences; the largest score change
                 b: [c.changed, c.sentences, c.max_score_diff] for b, c in changes.items()
             }
     found["differing_translations"] = {

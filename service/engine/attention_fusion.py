@@ -29,6 +29,8 @@ from service.engine.graph_view import Graph, attribute, ints_attribute, onnx_mod
 
 DOMAIN = "attention_mt"
 SWAP_LAST = [0, 1, 3, 2]
+INT64, BOOL = 7, 9  # TensorProto element types
+SOFTMAX_LAST_AXIS = 13  # the opset from which Softmax's axis is one axis (before: all from it on)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,11 @@ def _transposed_input(g: Graph, name: str) -> str | None:
     return str(node.input[0])
 
 
+def _input_of(g: Graph, name: str, dtype: int) -> bool:
+    """Whether `name` is a graph input of this element type (TensorProto's)."""
+    return name in g.inputs and g.inputs[name].type.tensor_type.elem_type == dtype
+
+
 def _heads(g: Graph, key: str) -> tuple[int, int] | None:
     """(N, D) of a (B, N, X, D) graph input with both fixed."""
     dims = g.inputs[key].type.tensor_type.shape.dim
@@ -108,12 +115,12 @@ def _sole(g: Graph, name: str, op: str) -> Any | None:
     return reader if reader is not None and reader.op_type == op else None
 
 
-def _outputs(g: Graph, by_layer: Any, mixed: str, heads: tuple[int, int]) -> Any | None:
+def _outputs(g: Graph, by_layer: Any, weights: str, mixed: str, heads: tuple[int, int]) -> Any | None:
     """The Reshape handing on the mixed heads as (B, H), when `by_layer` hands on the weights as
     (B, 1, N, X); None otherwise."""
     n, d = heads
     rows = _sole(g, mixed, "Reshape")
-    if rows is None or _reshaped(g, by_layer.output[0], [0, 1, n, -1]) is None:
+    if rows is None or _reshaped(g, by_layer.output[0], [0, 1, n, -1]) != weights:
         return None
     return rows if _reshaped(g, rows.output[0], [-1, n * d]) == mixed else None
 
@@ -123,7 +130,7 @@ def _cross(g: Graph, s: _Scores) -> _Match | None:
     mm = g.made_by(s.raw, "MatMul")
     key = _transposed_input(g, mm.input[1]) if mm is not None else None
     mask = _unsqueezed(g, s.blocked, [1, 2])
-    if mm is None or key is None or mask is None or mask not in g.inputs:
+    if mm is None or key is None or mask is None or not _input_of(g, mask, BOOL):
         return None
     heads = _heads(g, key)
     q = _reshaped(g, mm.input[0], [-1, heads[0], 1, heads[1]]) if heads else None
@@ -133,7 +140,7 @@ def _cross(g: Graph, s: _Scores) -> _Match | None:
     mix, by_layer = readers["MatMul"], readers["Reshape"]
     if mix.input[0] != s.softmax.output[0] or mix.input[1] not in g.inputs or _heads(g, mix.input[1]) != heads:
         return None
-    rows = _outputs(g, by_layer, mix.output[0], heads)
+    rows = _outputs(g, by_layer, s.softmax.output[0], mix.output[0], heads)
     if rows is None:
         return None
     node = onnx_module().helper.make_node(
@@ -158,7 +165,7 @@ def _cache_masks(g: Graph, blocked: str, own: str) -> _CacheMasks | None:
     if later is None or here is None or list(later.input) != list(here.input):
         return None
     slots, column = g.made_by(later.input[0], "Range"), _unsqueezed(g, later.input[1], [1])
-    if slots is None or column is None or column not in g.inputs:
+    if slots is None or column is None or not _input_of(g, column, INT64):
         return None
     start, step = g.scalar(slots.input[0]), g.scalar(slots.input[2])
     squeeze = g.made_by(slots.input[1], "Squeeze")
@@ -241,7 +248,7 @@ def _self(g: Graph, s: _Scores) -> _Match | None:
     add = _sole(g, mix.output[0], "Add")
     if v is None or add is None or sorted(add.input) != sorted([mix.output[0], scaled.output[0]]):
         return None
-    rows = _outputs(g, by_layer, add.output[0], scores.heads)
+    rows = _outputs(g, by_layer, weights, add.output[0], scores.heads)
     if rows is None:
         return None
     inputs = [scores.q, scores.k, v, scores.past_key, mix.input[1], scores.positions, s.scale]
@@ -263,6 +270,8 @@ def _self_contained(g: Graph, match: _Match) -> bool:
 
 def fuse_attention(model: Any) -> dict[str, int]:
     """Rewrite `model`'s attentions in place; the CacheAttention and CrossAttention nodes put in."""
+    if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < SOFTMAX_LAST_AXIS:
+        return {}
     g = Graph(model.graph)
     matches = []
     for node in g.graph.node:
