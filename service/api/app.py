@@ -181,8 +181,8 @@ def fused_operators(catalog: Catalog) -> str:
 
 
 def _fused_nodes(roles: dict[str, dict[str, int]]) -> str:
-    """e.g. "encoder: 12 RowQuant, 12 RowDequant; decoder: 3 CacheAttention, ..." for one model."""
-    return ", ".join(f"{role}: " + " ".join(f"{n} {op}" for op, n in ops.items()) for role, ops in roles.items())
+    """One model's, e.g. "encoder: 24 RowDequant, 13 RowQuant / decoder: 3 CacheAttention, ..."."""
+    return " / ".join(f"{role}: " + ", ".join(f"{n} {op}" for op, n in ops.items()) for role, ops in roles.items())
 
 
 async def checked_invariance(service: TranslationService, text: str, metrics: Metrics) -> dict[str, bool]:
