@@ -8,7 +8,7 @@ The step graph (export/step_graph.py) spells each attention over heads of one ro
             (Where(own, q.k, q.past_key)), its weight split off (ReduceSum(Mul(weights, own)) and
             Where(own, 0, weights)) and its value added last (Add(MatMul(past, past_value), own * v))
 
-and both hand their weights on as Reshape(weights, (B, 1, N, X)). At one row that is 23 nodes a
+and both hand their weights on as Reshape(weights, (B, 1, N, X)). At one row that is 26 nodes a
 layer, each an onnxruntime dispatch and a small pass, plus a copy of each layer's cache keys a step
 for the Transpose. `fuse_attention` rewrites each attention into attention_mt.CrossAttention or
 attention_mt.CacheAttention (service/engine/ortops_attention.c), which compute the same to rounding,
@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.graph_view import Graph, attribute, ints_attribute, onnx_module, replaced
+from service.engine.graph_view import DOMAIN, Graph, attribute, ints_attribute, onnx_module, replaced
 
-DOMAIN = "attention_mt"
 SWAP_LAST = [0, 1, 3, 2]
 INT64, BOOL = 7, 9  # TensorProto element types
 SOFTMAX_LAST_AXIS = 13  # the opset from which Softmax's axis is one axis (before: all from it on)

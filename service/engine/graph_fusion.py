@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from service.engine import attention_fusion, graph_bytes, quant_fusion
-from service.engine.graph_view import onnx_module, prune, without_dead_nodes
+from service.engine.graph_view import DOMAIN, onnx_module, prune, without_dead_nodes
 
-DOMAIN = "attention_mt"
+__all__ = ["DOMAIN", "FusedGraph", "Fusions", "fused_graph", "library", "release_freed_memory"]
 _LIBRARY = "service.engine._ortops"
 
 

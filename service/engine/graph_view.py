@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+DOMAIN = "attention_mt"  # the package's onnxruntime operators (service/engine/_ortops.c)
+
 
 def onnx_module() -> Any:
     """The onnx package, imported when a graph is fused: it costs a process ~0.6 s and 17 MB, which a

@@ -1,8 +1,9 @@
 /* A decoder step's two attentions, each one onnxruntime operator (domain "attention_mt").
 
-   The step graph (export/step_graph.py) spells each attention of a layer in 8 (cross) or 15 (self)
-   standard nodes: head reshapes, transposes, two MatMuls, the scale's Div, the mask's Where, Softmax,
-   and the self-attention's own-slot bookkeeping. At one row each is a dispatch and a small pass;
+   The step graph (export/step_graph.py) spells each attention of a layer in 9 (cross) or 17 (self)
+   standard nodes, plus 10 for the masks: head reshapes, transposes, two MatMuls, the scale's Div, the
+   mask's Where, Softmax, and the self-attention's own-slot bookkeeping. Fused, the shipped int8 step
+   goes from 192 nodes to 110. At one row each is a dispatch and a small pass;
    service/engine/attention_fusion.py rewrites them into these as a graph loads.
 
    CacheAttention(q, k, v, past_key, past_value, positions, scale) -> (mixed, weights)

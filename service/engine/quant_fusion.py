@@ -28,9 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.graph_view import Graph, attribute, onnx_module, replaced
-
-DOMAIN = "attention_mt"
+from service.engine.graph_view import DOMAIN, Graph, attribute, onnx_module, replaced
 
 
 @dataclass(frozen=True)
@@ -183,13 +181,12 @@ def fuse_rows(model: Any) -> dict[str, int]:
 
 
 def _recorded_shapes(model: Any, chains: list[_Chain]) -> None:
-    """The graph's recorded shapes (value_info), kept as far as they hold. Those of values no node
-    makes now go, and a range's (RowQuant's drops the encoder's keepdims axis). Those of q and y stay,
-    as the values are the same: a first version dropped them too, with the rest kept, and the shipped
-    bundles' results changed in the last bits (a graph that records no shapes at all gives the same
-    bits fused or not: tested)."""
-    stale = {o for c in chains for n in c.removed for o in n.output} - {o for c in chains for o in c.produced}
-    stale |= {c.produced[1] for c in chains if len(c.produced) == 2}
+    """The graph's recorded shapes (value_info), kept as far as they hold: a range's goes, as RowQuant's
+    drops the encoder's keepdims axis (graph_view.prune drops those of values no node makes now). Those
+    of q and y stay, as the values are the same: a first version dropped them too, with the rest kept,
+    and the shipped bundles' results changed in the last bits (a graph that records no shapes at all
+    gives the same bits fused or not: tested)."""
+    stale = {c.produced[1] for c in chains if len(c.produced) == 2}
     info = [v for v in model.graph.value_info if v.name not in stale]
     del model.graph.value_info[:]
     model.graph.value_info.extend(info)
