@@ -24,6 +24,7 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 
+from service.engine.attention_fusion import SOURCE_ROWS, SOURCES
 from service.engine.onnx_model import DECODER_DISABLED_OPTIMIZERS, SessionConfig, make_session
 
 DIMS = {"src_len": 24, "cache_len": 32, "past_len": 32}
@@ -38,8 +39,10 @@ def feeds(sess: ort.InferenceSession, batch: int, seed: int = 0) -> dict[str, np
     rng = np.random.default_rng(seed)
     out: dict[str, npt.NDArray[Any]] = {}
     for i in sess.get_inputs():
-        shape = [int(batch if d == "batch" else DIMS[d] if isinstance(d, str) else d) for d in i.shape]
-        if i.name == "prev_tokens":
+        shape = [int(batch if d in ("batch", SOURCES) else DIMS[d] if isinstance(d, str) else d) for d in i.shape]
+        if i.name == SOURCE_ROWS:  # a fused graph's: each row reads its own sentence's keys and values
+            out[i.name] = np.arange(batch, dtype=np.int64)
+        elif i.name == "prev_tokens":
             out[i.name] = rng.integers(4, 20, batch).astype(np.int64)  # any ids: speed does not depend on them
         elif i.name == "positions":
             out[i.name] = np.full(batch, DIMS["cache_len"] // 2, np.int64)

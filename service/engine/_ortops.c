@@ -83,6 +83,10 @@ OrtStatus *ops_output(OrtKernelContext *context, size_t index, const int64_t *di
     return ENTRY(API_GET_TENSOR_MUTABLE_DATA, OrtStatus *(*)(OrtValue *, void **))(value, data);
 }
 
+OrtStatus *ops_input_count(OrtKernelContext *context, size_t *count) {
+    return ENTRY(API_KERNEL_CONTEXT_GET_INPUT_COUNT, OrtStatus *(*)(const OrtKernelContext *, size_t *))(context, count);
+}
+
 int64_t ops_count(const int64_t *dims, size_t rank) {
     int64_t n = 1;
     for (size_t i = 0; i < rank; i++) n *= dims[i];
@@ -200,7 +204,7 @@ static OrtStatus *row_quant(OrtKernelContext *context) {
 static OrtStatus *row_dequant(OrtKernelContext *context) {
     Tensor acc, range, divisor, bias;
     size_t inputs = 0;
-    OrtStatus *status = ENTRY(API_KERNEL_CONTEXT_GET_INPUT_COUNT, OrtStatus *(*)(const OrtKernelContext *, size_t *))(context, &inputs);
+    OrtStatus *status = ops_input_count(context, &inputs);
     if (!status) status = ops_input(context, 0, TYPE_INT32, &acc);
     if (!status) status = ops_input(context, 1, TYPE_FLOAT, &range);
     if (!status) status = ops_input(context, 2, TYPE_FLOAT, &divisor);
@@ -294,7 +298,7 @@ static const int quant_outputs[] = {TYPE_UINT8, TYPE_FLOAT};
 static const int dequant_inputs[] = {TYPE_INT32, TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT};
 static const int dequant_outputs[] = {TYPE_FLOAT};
 static const int cache_inputs_[] = {TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_INT64, TYPE_FLOAT};
-static const int cross_inputs_[] = {TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_BOOL, TYPE_FLOAT};
+static const int cross_inputs_[] = {TYPE_FLOAT, TYPE_FLOAT, TYPE_FLOAT, TYPE_BOOL, TYPE_FLOAT, TYPE_INT64};
 static const int attention_outputs[] = {TYPE_FLOAT, TYPE_FLOAT};
 
 static Operator operators[] = {

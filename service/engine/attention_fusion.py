@@ -16,6 +16,11 @@ read the caches where they are, and keep every row's bits whatever it is batched
 
 Every node, constant and input of the pattern is checked; an attention that differs anywhere (another
 mask, another scale, a reader of an intermediate value) is left as it is.
+
+When the fused CrossAttentions are all that read the source's keys and values, the graph also takes
+SOURCE_ROWS, (B,) int64: the row of the keys and values each row reads, whose batch axis is then
+SOURCES (as many as there are sentences, not rows). The engine keeps one copy of each sentence's keys
+and values for all its beams, instead of copying them out to every beam and reading each copy.
 """
 
 from __future__ import annotations
@@ -25,8 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.graph_view import DOMAIN, Graph, attribute, ints_attribute, onnx_module, replaced
+from service.engine.graph_view import (
+    DOMAIN,
+    Graph,
+    attribute,
+    ints_attribute,
+    onnx_module,
+    replaced,
+    without_dead_nodes,
+)
 
+SOURCE_ROWS = "attention_mt.source_rows"  # the graph input added when the sources are indexed
+SOURCES = "attention_mt.sources"  # the batch axis of keys and values read through SOURCE_ROWS
 SWAP_LAST = [0, 1, 3, 2]
 INT64, BOOL = 7, 9  # TensorProto element types
 SOFTMAX_LAST_AXIS = 13  # the opset from which Softmax's axis is one axis (before: all from it on)
@@ -282,6 +297,30 @@ def fuse_attention(model: Any) -> dict[str, int]:
         return {}
     placed = {id(max(m.removed, key=lambda n: g.position[id(n)])): m.fused for m in matches}
     replaced(model, [n for m in matches for n in m.removed], placed)
+    without_dead_nodes(model)  # the keys' transposes, which still read them
+    _index_sources(model)
     crosses = sum(m.fused.op_type == "CrossAttention" for m in matches)
     counts = {"CacheAttention": len(matches) - crosses, "CrossAttention": crosses}
     return {op: n for op, n in counts.items() if n}
+
+
+def _index_sources(model: Any) -> None:
+    """Give every fused CrossAttention SOURCE_ROWS, when they are all that read their keys and values
+    (graph inputs, nothing else reads, no graph output): those inputs' batch axis becomes SOURCES."""
+    crosses = [n for n in model.graph.node if n.domain == DOMAIN and n.op_type == "CrossAttention"]
+    shared = {name for node in crosses for name in node.input[1:3]}
+    g = Graph(model.graph)
+    readers = [r for name in shared for r in g.consumers.get(name, [])]
+    if not crosses or SOURCE_ROWS in g.inputs or any(name not in g.inputs or name in g.outputs for name in shared):
+        return
+    misread = [i for r in readers for i, name in enumerate(r.input) if name in shared and i not in (1, 2)]
+    if misread or any(r.domain != DOMAIN or r.op_type != "CrossAttention" for r in readers):
+        return
+    onnx = onnx_module()
+    batch = g.inputs[crosses[0].input[3]].type.tensor_type.shape.dim[0]  # the mask's rows, as the graph names them
+    rows = onnx.helper.make_tensor_value_info(SOURCE_ROWS, INT64, [batch.dim_param or None])
+    model.graph.input.append(rows)
+    for name in shared:
+        g.inputs[name].type.tensor_type.shape.dim[0].dim_param = SOURCES
+    for node in crosses:
+        node.input.append(SOURCE_ROWS)

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from service.engine import graph_fusion, native
+from service.engine.attention_fusion import SOURCE_ROWS, SOURCES
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
 from service.engine.graph_fusion import FusedGraph, Fusions
 from service.engine.manifest import (
@@ -89,7 +90,9 @@ class OnnxState:
     statics: dict[str, npt.NDArray[Any]]  # encoder outputs the decoder reads every step, (N, ...)
     state: dict[str, npt.NDArray[Any]]  # decoder state inputs, batch on their spec's axis
     extras: dict[str, npt.NDArray[Any]] = field(default_factory=dict)  # other encoder outputs
-    origin: IntArray | None = None  # (N,) the encoded sentence of each row; None: row i is sentence i
+    # (N,) the encoded sentence of each row; None: row i is sentence i. With statics read by source row
+    # (OnnxSeq2Seq.indexed), the row of those statics that each row reads
+    origin: IntArray | None = None
 
 
 def _pad(x: npt.NDArray[Any], axis: int, size: int, value: float | bool) -> npt.NDArray[Any]:
@@ -352,7 +355,8 @@ class OnnxSeq2Seq:
         self.fused = {role: counts for role, counts in
                       (("encoder", fused_encoder), ("decoder", fused_decoder)) if counts is not None}  # fmt: skip
         problems = graph_io_problems(graphs.encoder, self.encoder.get_inputs(), self.encoder.get_outputs())
-        problems += graph_io_problems(graphs.decoder, self.decoder.get_inputs(), self.decoder.get_outputs())
+        decoder_inputs = [i for i in self.decoder.get_inputs() if i.name != SOURCE_ROWS]  # the fused graph's own
+        problems += graph_io_problems(graphs.decoder, decoder_inputs, self.decoder.get_outputs())
         problems += self._row_table_problems()
         if problems:
             raise BundleInvalid(bundle.path, problems)
@@ -361,6 +365,12 @@ class OnnxSeq2Seq:
         self.static_names = [
             t.name for t in graphs.decoder.inputs if t.name not in state_inputs | {"prev_tokens", "src_pad_mask"}
         ]
+        # statics the fused graph reads by source row (attention_fusion.SOURCE_ROWS): one row per sentence,
+        # however many beams read it, never copied out to the rows
+        self.indexed = frozenset(i.name for i in decoder_inputs if i.shape and i.shape[0] == SOURCES)
+        if self.indexed - set(self.static_names):
+            raise BundleInvalid(bundle.path, [f"decoder: {n} is read by source row but is no encoder output"
+                                              for n in sorted(self.indexed - set(self.static_names))])  # fmt: skip
         self.output_names = [t.name for t in graphs.decoder.outputs]
         inputs = {t.name: t for t in graphs.decoder.inputs}
         self.axes = {name: [(i, d) for i, d in enumerate(spec.shape) if isinstance(d, str) and d != "batch"]
@@ -441,6 +451,8 @@ class OnnxSeq2Seq:
         if self.slotted:
             state = self._with_room(state)
         feeds = {"prev_tokens": tokens, "src_pad_mask": state.src_pad_mask, **state.statics, **state.state}
+        if self.indexed:
+            feeds[SOURCE_ROWS] = np.arange(len(tokens)) if state.origin is None else state.origin
         feeds = fed(self._rows["decoder"], feeds)
         outputs = dict(zip(self.output_names, self.decoder.run(self.output_names, feeds), strict=True))
         new_state = {s.input: outputs[s.output] for s in self.state_specs if s.write != "slot"}
@@ -493,7 +505,10 @@ class OnnxSeq2Seq:
                    for s in self.state_specs}  # fmt: skip
         origin_a = np.arange(len(a.src_pad_mask)) if a.origin is None else a.origin
         origin_b = np.arange(len(b.src_pad_mask)) if b.origin is None else b.origin
-        origin = np.concatenate([origin_a, origin_b + (int(origin_a.max()) + 1 if len(origin_a) else 0)])
+        # b's sentences are numbered after a's: after the rows of a's indexed statics, which b's follow
+        held = next((len(a.statics[name]) for name in self.indexed), None)
+        after = held if held is not None else (int(origin_a.max()) + 1 if len(origin_a) else 0)
+        origin = np.concatenate([origin_a, origin_b + after])
         return OnnxState(np.concatenate(masks), statics, tensors, {}, origin)
 
     def _joined(self, name: str, a: npt.NDArray[Any], b: npt.NDArray[Any], batch_axis: int) -> npt.NDArray[Any]:
@@ -513,18 +528,35 @@ class OnnxSeq2Seq:
         if n > len(origin) or self._shrinks(state, sizes):
             # rows repeated (a beam starts), or what only the leavers needed (a longer source, cache slots) goes too
             mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
-            statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items()}
+            statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items() if k not in self.indexed}
             tensors = {
                 s.input: self._take(s.input, state.state[s.input], rows, s.batch_axis, sizes) for s in self.state_specs
             }
-            return OnnxState(mask, statics, tensors, state.extras, new_origin)
+            indexed, new_origin = self._sentences(state.statics, new_origin, sizes)
+            return OnnxState(mask, statics | indexed, tensors, state.extras, new_origin)
         moved = np.flatnonzero(rows != np.arange(n))  # rows whose content comes from another row
         other_source = np.flatnonzero(new_origin != origin[:n])  # rows whose content comes from another sentence
         mask, statics = state.src_pad_mask, state.statics
-        if len(other_source) or n < len(origin):
+        if len(other_source) or n < len(origin):  # rows change sentence or leave; a beam reshuffle does neither
             mask = state.src_pad_mask[rows]
-            statics = {k: self._selected(v, rows, other_source, 0) for k, v in state.statics.items()}
+            statics = {k: self._selected(v, rows, other_source, 0) for k, v in statics.items() if k not in self.indexed}
+            indexed, new_origin = self._sentences(state.statics, new_origin, {})
+            statics |= indexed
         return OnnxState(mask, statics, self._moved(state, rows, moved), state.extras, new_origin)
+
+    def _sentences(
+        self, statics: dict[str, npt.NDArray[Any]], origin: IntArray, sizes: dict[str, int]
+    ) -> tuple[dict[str, npt.NDArray[Any]], IntArray]:
+        """The indexed statics for rows reading them at `origin`, and the rows' new `origin`: as they are,
+        or, when `sizes` cuts an axis or a quarter or more of their sentences no row reads any more (rows
+        leave; sentences join at the end), only the sentences read, renumbered."""
+        kept = {k: v for k, v in statics.items() if k in self.indexed}
+        if not kept:
+            return {}, origin
+        read, renumbered = np.unique(origin, return_inverse=True)
+        if not sizes and len(read) > SHRINK_TO * len(next(iter(kept.values()))):
+            return kept, origin
+        return {k: self._take(k, v, read, 0, sizes) for k, v in kept.items()}, renumbered
 
     def _moved(self, state: OnnxState, rows: IntArray, moved: IntArray) -> dict[str, npt.NDArray[Any]]:
         """The state tensors' rows `rows`, the moved ones rewritten in place: by the C kernel, all

@@ -56,6 +56,7 @@ typedef struct {
 HIDDEN OrtStatus *ops_error(const char *message);
 HIDDEN OrtStatus *ops_input(OrtKernelContext *context, size_t index, int type, Tensor *t);
 HIDDEN OrtStatus *ops_output(OrtKernelContext *context, size_t index, const int64_t *dims, size_t rank, void **data);
+HIDDEN OrtStatus *ops_input_count(OrtKernelContext *context, size_t *count);
 HIDDEN int64_t ops_count(const int64_t *dims, size_t rank);
 HIDDEN int ops_is_scalar(const Tensor *t);
 

@@ -12,8 +12,11 @@
      positions[b] and to its own k and v at slot positions[b] (when it is inside P); later slots get
      weight 0 and are never read.
      mixed: (B, H), the heads' sums side by side; weights: (B, 1, N, P).
-   CrossAttention(q, key, value, blocked, scale) -> (mixed, weights)
-     q: (B, H); key, value: (B, N, S, D); blocked: (B, S) bool, true for padding.
+   CrossAttention(q, key, value, blocked, scale[, sources]) -> (mixed, weights)
+     q: (B, H); key, value: (B', N, S, D); blocked: (B, S) bool, true for padding; sources: (B,)
+     int64, the row of key and value that row b reads (without it, row b's own, and B' = B). A beam
+     search's rows of one sentence read one copy of its keys and values, which are then neither
+     copied out to every beam nor read from memory once per beam.
      mixed: (B, H); weights: (B, 1, N, S). A row with every position blocked gets zeros.
 
    Scores are q.k / scale, weights their softmax. The values are the graph's to rounding, not bit for
@@ -247,15 +250,17 @@ INLINE void cache_rows(const Heads *c, const float *q, const float *k, const flo
 }
 
 INLINE void cross_rows(const Heads *c, const float *q, const float *keys, const float *values,
-                              const uint8_t *blocked, float scale, float *mixed, float *weights, int wide) {
+                              const uint8_t *blocked, const int64_t *sources, float scale, float *mixed,
+                              float *weights, int wide) {
     const int64_t N = c->N, S = c->X, D = c->D, H = N * D;
     for (int64_t b = 0; b < c->B; b++) {
+        const int64_t source = sources ? sources[b] : b;
         for (int64_t h = 0; h < N; h++) {
-            const int64_t row = b * H + h * D, head = (b * N + h) * S;
+            const int64_t row = b * H + h * D, head = (b * N + h) * S, kv = (source * N + h) * S * D;
             float *w = weights + head;
-            scores(q + row, keys + head * D, S, D, scale, w); /* blocked ones too: softmax drops them */
+            scores(q + row, keys + kv, S, D, scale, w); /* blocked ones too: softmax drops them */
             softmax(w, S, blocked + b * S);
-            mix(mixed + row, w, values + head * D, S, D, wide);
+            mix(mixed + row, w, values + kv, S, D, wide);
         }
     }
 }
@@ -263,16 +268,16 @@ INLINE void cross_rows(const Heads *c, const float *q, const float *keys, const 
 #define CACHE_ARGS const Heads *c, const float *q, const float *k, const float *v, const float *keys, \
     const float *values, const int64_t *positions, float scale, float *mixed, float *weights
 #define CROSS_ARGS const Heads *c, const float *q, const float *keys, const float *values, const uint8_t *blocked, \
-    float scale, float *mixed, float *weights
+    const int64_t *sources, float scale, float *mixed, float *weights
 
 static void cache_rows_portable(CACHE_ARGS) { cache_rows(c, q, k, v, keys, values, positions, scale, mixed, weights, 0); }
-static void cross_rows_portable(CROSS_ARGS) { cross_rows(c, q, keys, values, blocked, scale, mixed, weights, 0); }
+static void cross_rows_portable(CROSS_ARGS) { cross_rows(c, q, keys, values, blocked, sources, scale, mixed, weights, 0); }
 #if HAVE_AVX2_BUILD
 __attribute__((target("avx2"))) static void cache_rows_avx2(CACHE_ARGS) {
     cache_rows(c, q, k, v, keys, values, positions, scale, mixed, weights, 1);
 }
 __attribute__((target("avx2"))) static void cross_rows_avx2(CROSS_ARGS) {
-    cross_rows(c, q, keys, values, blocked, scale, mixed, weights, 1);
+    cross_rows(c, q, keys, values, blocked, sources, scale, mixed, weights, 1);
 }
 #endif
 
@@ -306,24 +311,33 @@ HIDDEN OrtStatus *cache_attention(OrtKernelContext *context) {
 }
 
 HIDDEN OrtStatus *cross_attention(OrtKernelContext *context) {
-    Tensor q, keys, values, blocked, scale_;
-    OrtStatus *status = ops_input(context, 0, TYPE_FLOAT, &q);
+    Tensor q, keys, values, blocked, scale_, sources = {0};
+    size_t inputs = 0;
+    OrtStatus *status = ops_input_count(context, &inputs);
+    if (!status) status = ops_input(context, 0, TYPE_FLOAT, &q);
     if (!status) status = ops_input(context, 1, TYPE_FLOAT, &keys);
     if (!status) status = ops_input(context, 2, TYPE_FLOAT, &values);
     if (!status) status = ops_input(context, 3, TYPE_BOOL, &blocked);
     if (!status) status = ops_input(context, 4, TYPE_FLOAT, &scale_);
+    if (!status && inputs > 5) status = ops_input(context, 5, TYPE_INT64, &sources);
     if (status) return status;
     int same = q.rank == 2 && keys.rank == 4 && values.rank == 4 && blocked.rank == 2;
     for (size_t i = 0; same && i < 4; i++) same = values.dims[i] == keys.dims[i];
-    if (!same || keys.dims[0] != q.dims[0] || keys.dims[1] * keys.dims[3] != q.dims[1] ||
-        blocked.dims[0] != q.dims[0] || blocked.dims[1] != keys.dims[2] || !ops_is_scalar(&scale_))
-        return ops_error("attention_mt.CrossAttention: q (B, H); key, value (B, N, S, D) with N * D = H; "
-                         "blocked (B, S); a scalar scale");
-    const Heads shape = {keys.dims[0], keys.dims[1], keys.dims[2], keys.dims[3]};
+    const int64_t B = q.dims[0], kv_rows = keys.dims[0];
+    if (!same || (!sources.data && kv_rows != B) || keys.dims[1] * keys.dims[3] != q.dims[1] ||
+        blocked.dims[0] != B || blocked.dims[1] != keys.dims[2] || !ops_is_scalar(&scale_) ||
+        (sources.data && ops_count(sources.dims, sources.rank) != B))
+        return ops_error("attention_mt.CrossAttention: q (B, H); key, value (B', N, S, D) with N * D = H; "
+                         "blocked (B, S); a scalar scale; sources (B,), else B' = B");
+    const int64_t *rows = sources.data;
+    for (int64_t b = 0; rows && b < B; b++)
+        if (rows[b] < 0 || rows[b] >= kv_rows) return ops_error("attention_mt.CrossAttention: a source row out of range");
+    const Heads shape = {B, keys.dims[1], keys.dims[2], keys.dims[3]};
     const int64_t mixed_dims[2] = {shape.B, shape.N * shape.D}, weight_dims[4] = {shape.B, 1, shape.N, shape.X};
     float *mixed, *weights;
     if ((status = ops_output(context, 0, mixed_dims, 2, (void **)&mixed))) return status;
     if ((status = ops_output(context, 1, weight_dims, 4, (void **)&weights))) return status;
-    cross_rows_chosen(&shape, q.data, keys.data, values.data, blocked.data, *(const float *)scale_.data, mixed, weights);
+    cross_rows_chosen(&shape, q.data, keys.data, values.data, blocked.data, rows, *(const float *)scale_.data,
+                      mixed, weights);
     return NULL;
 }

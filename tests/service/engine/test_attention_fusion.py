@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 
 from benchmarks.step_bench import feeds
 from service.engine import graph_fusion
+from service.engine.attention_fusion import SOURCE_ROWS, SOURCES
 from service.engine.bundle import load_bundle
 from service.engine.graph_fusion import DOMAIN, Fusions
 from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig
@@ -38,6 +39,13 @@ def session(model: bytes | str, folder: Path | None = None) -> ort.InferenceSess
     if folder is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def run(sess: ort.InferenceSession, inputs: dict[str, Any]) -> list[Any]:
+    """`sess` on `inputs`, each row reading its own sentence where the fused graph indexes the sources."""
+    if SOURCE_ROWS in {i.name for i in sess.get_inputs()} and SOURCE_ROWS not in inputs:
+        inputs = inputs | {SOURCE_ROWS: np.arange(len(inputs["prev_tokens"]), dtype=np.int64)}
+    return list(sess.run(None, inputs))
 
 
 def fused_decoder(path: Path, fusions: Fusions = ATTENTION_ONLY) -> graph_fusion.FusedGraph:
@@ -64,7 +72,7 @@ def test_every_layer_fuses_and_computes_the_graphs_values(bundle_dir: Path, name
         inputs = feeds(written, batch, seed=batch)
         inputs["positions"] = RNG.integers(0, inputs["past_key.0"].shape[2] + 2, batch)  # past the cache too
         inputs["src_pad_mask"][0, 3:] = True
-        for out, got, want in zip(names, ours.run(None, inputs), written.run(None, inputs), strict=True):
+        for out, got, want in zip(names, run(ours, inputs), written.run(None, inputs), strict=True):
             assert got.shape == want.shape, out
             np.testing.assert_allclose(got, want, rtol=0, atol=2e-5, err_msg=out)
 
@@ -108,9 +116,9 @@ def test_a_row_gets_the_same_bits_alone_padded_or_beside_others(bundle_dir: Path
     alone = narrowed(feeds(written, 1, seed=3), width=9, slots=8)
     alone["positions"] = np.array([5], np.int64)
     alone["src_pad_mask"][0, 7:] = True
-    want = dict(zip(names, ours.run(None, alone), strict=True))
+    want = dict(zip(names, run(ours, alone), strict=True))
     for rows, width, slots in ((1, 13, 16), (7, 24, 24), (32, 40, 9)):
-        got = dict(zip(names, ours.run(None, padded(alone, rows, width, slots)), strict=True))
+        got = dict(zip(names, run(ours, padded(alone, rows, width, slots)), strict=True))
         for name, value in want.items():
             if name.endswith("_attention"):  # (rows, L, N, X): the row's weights, then zeros
                 ours_, theirs = got[name][:1], value
@@ -142,8 +150,9 @@ def test_an_attention_read_elsewhere_stays_as_written(bundle_dir: Path, tmp_path
     n = layers(bundle_dir / "en-zh")
     assert fused.operators == {"CacheAttention": n} | ({"CrossAttention": n - 1} if n > 1 else {})
     written, ours = session(str(tmp_path / "decoder.onnx")), session(fused.model, tmp_path)
+    assert SOURCE_ROWS not in {i.name for i in ours.get_inputs()}  # one attention's keys are read as written
     inputs = feeds(written, 3)
-    for got, want in zip(ours.run(None, inputs), written.run(None, inputs), strict=True):
+    for got, want in zip(run(ours, inputs), written.run(None, inputs), strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
 
 
@@ -163,7 +172,7 @@ def test_the_operators_refuse_inputs_they_do_not_take() -> None:
     model.ir_version = 10
     inputs = {"q": np.ones((2, 6), np.float32), "k": np.ones((2, 2, 3, 4), np.float32)}
     inputs |= {"v": inputs["k"], "blocked": np.zeros((2, 3), bool), "scale": np.array(2.0, np.float32)}
-    with pytest.raises(Exception, match=r"attention_mt\.CrossAttention: q \(B, H\); key, value \(B, N, S, D\)"):
+    with pytest.raises(Exception, match=r"attention_mt\.CrossAttention: q \(B, H\); key, value \(B', N, S, D\)"):
         session(model.SerializeToString()).run(None, inputs)
 
 
@@ -192,6 +201,26 @@ def test_the_avx2_and_portable_loops_give_the_same_bits(bundle_dir: Path, monkey
     found = []
     for portable in ("1", "0"):
         monkeypatch.setenv("ATTENTION_MT_PORTABLE_OPS", portable)
-        found.append(session(model, path.parent).run(None, inputs))
+        found.append(run(session(model, path.parent), inputs))
     for got, want in zip(*found, strict=True):
         assert np.array_equal(got, want)
+
+
+def test_rows_of_one_sentence_read_one_copy_of_its_keys_and_values(bundle_dir: Path) -> None:
+    """The fused graph takes SOURCE_ROWS: six rows (two sentences' beams) reading two sentences' keys
+    and values get the bits they get with a copy per row."""
+    path = bundle_dir / "en-zh-int8" / "decoder.onnx"
+    fused = fused_decoder(path, Fusions())
+    ours = session(fused.model, path.parent)
+    given = {i.name: i.shape for i in ours.get_inputs()}
+    assert given[SOURCE_ROWS] == ["batch"] and given["cross_key.0"][0] == SOURCES
+    inputs = feeds(session(str(path)), 6, seed=4)
+    inputs["src_pad_mask"][3:, 17:] = True
+    sources = np.array([0, 0, 0, 1, 1, 1], np.int64)
+    copied = {k: (v[sources] if k.startswith("cross_") else v) for k, v in inputs.items()}
+    shared = {k: (v[:2] if k.startswith("cross_") else v) for k, v in inputs.items()}
+    for got, want in zip(ours.run(None, shared | {SOURCE_ROWS: np.array([0, 0, 0, 1, 1, 1])}),
+                         run(ours, copied), strict=True):  # fmt: skip
+        assert np.array_equal(got, want)
+    with pytest.raises(Exception, match=r"attention_mt\.CrossAttention: a source row out of range"):
+        ours.run(None, shared | {SOURCE_ROWS: np.array([0, 0, 0, 1, 1, 2])})

@@ -188,6 +188,14 @@ def test_rows_that_leave_are_closed_up_in_place_when_the_batch_comes_first(
         assert out.flags.c_contiguous
 
 
+def keys_read(model: OnnxSeq2Seq, state: OnnxState) -> np.ndarray:
+    """The first layer's source keys each row reads: its own, or its sentence's where they are indexed."""
+    keys = state.statics["cross_key.0"]
+    if "cross_key.0" not in model.indexed:
+        return keys
+    return keys[np.arange(len(keys)) if state.origin is None else state.origin]
+
+
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_a_sentence_that_leaves_mid_batch_has_its_place_taken_by_the_last(
     bundle_dir: Path, beam_size: int, monkeypatch: pytest.MonkeyPatch
@@ -203,10 +211,10 @@ def test_a_sentence_that_leaves_mid_batch_has_its_place_taken_by_the_last(
     found: dict[int, Hypothesis] = {}
     decoded(cohort, found, steps=2)
     assert not found
-    before = dict(cohort.state.state)
+    before, keys = dict(cohort.state.state), keys_read(translator.model, cohort.state)
     cohort.drop({1})
-    assert cohort.state.origin is not None
-    assert list(cohort.state.origin[::beam_size]) == [0, 3, 2]  # sentence 3 took sentence 1's place
+    rows = [sentence * beam_size for sentence in (0, 3, 2)]  # sentence 3 took sentence 1's place
+    assert np.array_equal(keys_read(translator.model, cohort.state)[::beam_size], keys[rows])
     assert all(np.shares_memory(cohort.state.state[k], before[k]) for k in before if k != "positions")
     decoded(cohort, found)
     assert sorted(found) == [0, 2, 3]
@@ -258,3 +266,30 @@ def test_rows_that_leave_cut_a_width_only_when_a_quarter_of_it_goes(
     kept = model.reorder(stepped, np.array([1]))
     assert kept.state["past_key.0"].shape[2] == 40  # 32 of 40: left as padding, no copy
     assert np.shares_memory(kept.state["past_key.0"], stepped.state["past_key.0"])
+
+
+def test_beams_read_one_copy_of_their_sentences_keys_which_goes_when_they_leave(bundle_dir: Path) -> None:
+    """With the attentions fused, the source's keys and values are read by sentence (SOURCE_ROWS): a
+    beam search keeps one copy per sentence, joins append theirs, and once a quarter or more of the
+    sentences are no longer read only those still read are kept. Each gets what it gets alone."""
+    translator = Translator(load_bundle(bundle_dir / "en-zh-int8"))
+    assert translator.model.indexed == {n for n in translator.model.static_names if n.startswith("cross_")}
+    ids = sources(translator)
+    first, later = ids[:4], ids[4:6]
+    options = translator.options(beam_size=3)
+    alone = [translator.search_ids([i], options)[0][0] for i in [*first, *later]]
+    cohort = translator.begin(first, options)
+    found: dict[int, Hypothesis] = {}
+    decoded(cohort, found, steps=1)
+    assert len(cohort.state.src_pad_mask) == 12 and len(cohort.state.statics["cross_key.0"]) == 4
+    assert cohort.join(translator.begin(later, options)) == 4
+    decoded(cohort, found, steps=1)
+    assert len(cohort.state.statics["cross_key.0"]) == 6
+    cohort.drop({0})  # 5 of 6 still read: kept as they are
+    assert len(cohort.state.statics["cross_key.0"]) == 6
+    cohort.drop({1})  # 4 of 6: only those
+    assert len(cohort.state.statics["cross_key.0"]) == 4
+    decoded(cohort, found)
+    for i in (2, 3, 4, 5):
+        assert found[i].tokens == alone[i].tokens
+        assert found[i].token_log_probs == alone[i].token_log_probs
