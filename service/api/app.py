@@ -106,6 +106,7 @@ def session_config(settings: Settings) -> SessionConfig:
         enable_mem_pattern=settings.enable_mem_pattern,
         fuse_quantization=settings.fuse_quantization,
         fuse_attention=settings.fuse_attention,
+        heap_reuse_bytes=settings.heap_reuse_bytes,
         # threads that spin anyway share one pool, so one model's idle threads never spin on the cores
         # another model's are running on (all of a server's sessions come from these settings)
         shared_thread_pool=settings.intra_op_spinning and settings.intra_op_threads != 1,

@@ -12,19 +12,15 @@ the graph as written, slower.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import importlib.util
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from service.engine import attention_fusion, graph_bytes, quant_fusion
 from service.engine.graph_view import DOMAIN, onnx_module, prune, without_dead_nodes
 
-__all__ = ["DOMAIN", "FusedGraph", "Fusions", "fused_graph", "library", "release_freed_memory"]
+__all__ = ["DOMAIN", "FusedGraph", "Fusions", "fused_graph", "library"]
 _LIBRARY = "service.engine._ortops"
 
 
@@ -35,22 +31,6 @@ def library() -> str | None:
         return None
     spec = importlib.util.find_spec(_LIBRARY)
     return spec.origin if spec is not None and spec.origin else None
-
-
-def release_freed_memory() -> None:
-    """Hand the heap that reading and rewriting a graph freed back to the system (glibc's malloc_trim;
-    elsewhere nothing). glibc keeps it otherwise: at OPUS-MT size, int8, a process held 259 MB after
-    loading fused against 177 as written, and 170 with this."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any | None:
-    """glibc's malloc_trim, looked up once (find_library runs ldconfig); None elsewhere."""
-    name = ctypes.util.find_library("c")
-    return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
 
 @dataclass(frozen=True)

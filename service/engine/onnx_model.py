@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from service.engine import graph_fusion, native
+from service.engine import graph_fusion, heap, native
 from service.engine.attention_fusion import SOURCE_ROWS, SOURCES
 from service.engine.bundle import Bundle, BundleInvalid, graph_io_problems
 from service.engine.graph_fusion import FusedGraph, Fusions
@@ -78,6 +78,9 @@ class SessionConfig:
     fuse_quantization: bool = True
     # a decoder step's attentions as the attention_mt operators, where built (attention_fusion.py)
     fuse_attention: bool = True
+    # the process's allocations under this many bytes come from a heap that keeps what is freed (heap.py;
+    # at most heap.MAX_REUSE_BYTES); 0: glibc's own policy, fresh pages for each large array
+    heap_reuse_bytes: int = heap.MAX_REUSE_BYTES
 
     def __post_init__(self) -> None:
         if self.shared_thread_pool and not self.spinning:
@@ -286,7 +289,7 @@ def _load_session(
         try:
             session = make_session(model, config, initializers, fed_tables, disabled_optimizers, operators, folder)
             del model
-            graph_fusion.release_freed_memory()
+            heap.release_freed_memory()
             return session, counts
         except Exception as exc:  # onnxruntime's own exception types
             log.warning("%s: %s loads unfused: onnxruntime refused the fused graph (%s)", bundle.path.name, file,
@@ -339,6 +342,7 @@ class OnnxSeq2Seq:
         config = with_mem_pattern(config or SessionConfig(), output_vocabulary(graphs.decoder))
         self.bundle = bundle
         shared_thread_pool(config)  # a config the process's threads refuse fails here, not as a bad bundle
+        heap.reuse_freed_memory(config.heap_reuse_bytes)
         # one copy of a tied embedding for both sessions on the CPU (a device session copies it anyway);
         # onnxruntime reads these buffers for as long as the sessions live
         self._shared = read_shared_weights(bundle) if config.provider == "cpu" else {}
