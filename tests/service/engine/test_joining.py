@@ -30,6 +30,19 @@ def decoded(cohort: Cohort[OnnxState], found: dict[int, Hypothesis], steps: int 
         steps = None if steps is None else steps - 1
 
 
+def begun(
+    translator: Translator, first: list[list[int]], later: list[list[int]], options: SearchOptions, steps: int
+) -> tuple[list[Hypothesis], Cohort[OnnxState], dict[int, Hypothesis]]:
+    """Each sentence of `first` and `later` decoded alone, and `first` begun as a cohort and decoded
+    for `steps` steps, none finished yet."""
+    alone = [translator.search_ids([i], options)[0][0] for i in [*first, *later]]
+    cohort = translator.begin(first, options)
+    found: dict[int, Hypothesis] = {}
+    decoded(cohort, found, steps=steps)
+    assert not found
+    return alone, cohort, found
+
+
 def check_joining(translator: Translator) -> None:
     """Greedy and beam next to each other, and two beam searches."""
     ids = sources(translator)
@@ -232,11 +245,7 @@ def test_a_join_writes_the_newcomers_into_rows_the_batch_has_to_spare(
     ids = sources(translator)
     first, later = ids[:3], ids[3:5]
     options = translator.options(beam_size=1)
-    alone = [translator.search_ids([i], options)[0][0] for i in [*first, *later]]
-    cohort = translator.begin(first, options)
-    found: dict[int, Hypothesis] = {}
-    decoded(cohort, found, steps=2)
-    assert not found
+    alone, cohort, found = begun(translator, first, later, options, steps=2)
     cohort.drop({1})
     before = dict(cohort.state.state)
     assert cohort.join(translator.begin(later[:1], options)) == 3
@@ -277,10 +286,7 @@ def test_beams_read_one_copy_of_their_sentences_keys_which_goes_when_they_leave(
     ids = sources(translator)
     first, later = ids[:4], ids[4:6]
     options = translator.options(beam_size=3)
-    alone = [translator.search_ids([i], options)[0][0] for i in [*first, *later]]
-    cohort = translator.begin(first, options)
-    found: dict[int, Hypothesis] = {}
-    decoded(cohort, found, steps=1)
+    alone, cohort, found = begun(translator, first, later, options, steps=1)
     assert len(cohort.state.src_pad_mask) == 12 and len(cohort.state.statics["cross_key.0"]) == 4
     assert cohort.join(translator.begin(later, options)) == 4
     decoded(cohort, found, steps=1)
