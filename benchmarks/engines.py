@@ -46,6 +46,7 @@ class EngineSpec:
     env: dict[str, str] = field(default_factory=dict)  # set before the engine's library is imported
     fuse_quantization: bool = True  # ort: int8 row quantizations as the attention_mt operators (quant_fusion.py)
     fuse_attention: bool = True  # ort: the decoder step's attentions as the attention_mt operators
+    index_sources: bool = True  # ort: their cross-attentions read each sentence's keys once
 
     @property
     def label(self) -> str:
@@ -137,6 +138,7 @@ class OrtEngine:
             shared_thread_pool=shared,
             fuse_quantization=spec.fuse_quantization,
             fuse_attention=spec.fuse_attention,
+            index_sources=spec.index_sources,
         )
         # several threads splitting a batch run one session: onnxruntime takes concurrent calls on a
         # session, each on its caller's thread at one intra-op thread, and the threads share one copy

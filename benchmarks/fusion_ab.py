@@ -1,14 +1,15 @@
 """A bundle's graphs fused (service/engine/graph_fusion.py) against without one fusion, paired in one
 process.
 
-    python -m benchmarks.fusion_ab --bundle runs/en-zh-shipped/bench/ort-int8 [--without rows|attention|both]
+    python -m benchmarks.fusion_ab --bundle runs/en-zh-shipped/bench/ort-int8 [--without rows|attention|sources|both]
         [--rounds 11] [--threads 1]
 
 Two engines on the one bundle, one loading its graphs with every fusion (an int8 graph's row
-quantizations, the decoder step's attentions) and one without the fusion named (both: the graphs as
-the bundle has them), decode the same work in turn, alternating which goes first, as
-benchmarks.kernels_ab does (its work: the four cells, fixed-length and real sentences). Printed: the
-time without ÷ the time with, the median of the rounds with its range.
+quantizations, the decoder step's attentions, their cross-attentions reading each sentence's keys
+once) and one without the fusion named (both: the graphs as the bundle has them), decode the same
+work in turn, alternating which goes first, as benchmarks.kernels_ab does (its work: the four cells,
+fixed-length and real sentences). Printed: the time without ÷ the time with, the median of the
+rounds with its range.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from service.engine import graph_fusion
 WITHOUT = {
     "rows": {"fuse_quantization": False},
     "attention": {"fuse_attention": False},
+    "sources": {"index_sources": False},
     "both": {"fuse_quantization": False, "fuse_attention": False},
 }
 
@@ -32,7 +34,7 @@ def engines(bundle: Path, threads: int, without: str) -> tuple[OrtEngine, OrtEng
     """The bundle with every fusion, and without the one named."""
     spec = EngineSpec("ort", "int8", str(bundle), f"intra{threads}", threads, 1)
     fused, other = OrtEngine(spec), OrtEngine(EngineSpec(**{**vars(spec), **WITHOUT[without]}))
-    if fused.model.fused == other.model.fused:
+    if (fused.model.fused, fused.model.indexed) == (other.model.fused, other.model.indexed):
         raise SystemExit(f"{bundle}: nothing for {without} to fuse (rows: an fp32 bundle?)")
     return fused, other
 

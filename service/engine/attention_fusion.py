@@ -282,8 +282,9 @@ def _self_contained(g: Graph, match: _Match) -> bool:
     )
 
 
-def fuse_attention(model: Any) -> dict[str, int]:
-    """Rewrite `model`'s attentions in place; the CacheAttention and CrossAttention nodes put in."""
+def fuse_attention(model: Any, index_sources: bool = True) -> dict[str, int]:
+    """Rewrite `model`'s attentions in place; the CacheAttention and CrossAttention nodes put in.
+    `index_sources`: give the CrossAttentions SOURCE_ROWS where they can take it."""
     if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < SOFTMAX_LAST_AXIS:
         return {}
     g = Graph(model.graph)
@@ -298,7 +299,8 @@ def fuse_attention(model: Any) -> dict[str, int]:
     placed = {id(max(m.removed, key=lambda n: g.position[id(n)])): m.fused for m in matches}
     replaced(model, [n for m in matches for n in m.removed], placed)
     without_dead_nodes(model)  # the keys' transposes, which still read them
-    _index_sources(model)
+    if index_sources:
+        _index_sources(model)
     crosses = sum(m.fused.op_type == "CrossAttention" for m in matches)
     counts = {"CacheAttention": len(matches) - crosses, "CrossAttention": crosses}
     return {op: n for op, n in counts.items() if n}

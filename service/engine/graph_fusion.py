@@ -39,6 +39,7 @@ class Fusions:
 
     rows: bool = True  # an int8 graph's row quantizations (bit for bit)
     attention: bool = True  # a decoder step's attentions (to rounding)
+    sources: bool = True  # their cross-attentions read each sentence's keys once (attention_fusion.SOURCE_ROWS)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def fused_graph(path: Path, given: frozenset[str] = frozenset(), fusions: Fusion
     if fusions.rows:
         operators.update(quant_fusion.fuse_rows(model))
     if fusions.attention:
-        operators.update(attention_fusion.fuse_attention(model))
+        operators.update(attention_fusion.fuse_attention(model, fusions.sources))
     if not operators:
         return None
     without_dead_nodes(model)

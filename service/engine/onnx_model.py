@@ -78,6 +78,9 @@ class SessionConfig:
     fuse_quantization: bool = True
     # a decoder step's attentions as the attention_mt operators, where built (attention_fusion.py)
     fuse_attention: bool = True
+    # the fused cross-attentions read one copy of each sentence's keys and values, however many beams
+    # it has (attention_fusion.SOURCE_ROWS); False: a copy per row, as the graph as written has them
+    index_sources: bool = True
     # the process's allocations under this many bytes come from a heap that keeps what is freed (heap.py;
     # at most heap.MAX_REUSE_BYTES); 0: glibc's own policy, fresh pages for each large array
     heap_reuse_bytes: int = heap.MAX_REUSE_BYTES
@@ -306,7 +309,7 @@ def _fused(bundle: Bundle, file: str, config: SessionConfig, given: frozenset[st
     has something to fuse: an int8 graph's row quantizations, a written decoder step's attentions. A
     graph the rewrite cannot read loads as written, which then says what is wrong with it."""
     int8 = bundle.manifest.quantization.mode == "int8"  # an fp32 graph has no row quantizations
-    fusions = Fusions(rows=int8 and config.fuse_quantization, attention=step and config.fuse_attention)
+    fusions = Fusions(int8 and config.fuse_quantization, step and config.fuse_attention, config.index_sources)
     if not (fusions.rows or fusions.attention) or config.provider != "cpu" or not graph_fusion.library():
         return None
     try:

@@ -53,6 +53,8 @@ def test_the_fusion_pairing_gives_a_ratio_a_round_on_two_engines(bundle_dir: Pat
     assert fused.model.fused and not written.model.fused
     fused, written = fusion_ab.engines(bundle_dir / "en-zh-int8", 1, "attention")
     assert "CacheAttention" in fused.model.fused["decoder"] and "CacheAttention" not in written.model.fused["decoder"]
+    fused, copied = fusion_ab.engines(bundle_dir / "en-zh-int8", 1, "sources")
+    assert fused.model.fused == copied.model.fused and fused.model.indexed and not copied.model.indexed
     timer = fusion_ab._timer(fused, written, [[5, 9, 14, 3], [7, 8, 11, 3]], 4, 1, 6)
     ratios = kernels_ab.alternated(timer, rounds=2)
     assert len(ratios) == 2 and all(r > 0 for r in ratios)
