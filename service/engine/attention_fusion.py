@@ -17,10 +17,11 @@ read the caches where they are, and keep every row's bits whatever it is batched
 Every node, constant and input of the pattern is checked; an attention that differs anywhere (another
 mask, another scale, a reader of an intermediate value) is left as it is.
 
-When the fused CrossAttentions are all that read the source's keys and values, the graph also takes
-SOURCE_ROWS, (B,) int64: the row of the keys and values each row reads, whose batch axis is then
-SOURCES (as many as there are sentences, not rows). The engine keeps one copy of each sentence's keys
-and values for all its beams, instead of copying them out to every beam and reading each copy.
+When the fused CrossAttentions are all that read the source's keys and values, `index_sources` (run
+by graph_fusion once the dead nodes are gone) gives the graph SOURCE_ROWS, (B,) int64: the row of the
+keys and values each row reads, whose batch axis is then SOURCES (as many as there are sentences, not
+rows). The engine keeps one copy of each sentence's keys and values for all its beams, instead of
+copying them out to every beam and reading each copy.
 """
 
 from __future__ import annotations
@@ -30,15 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.graph_view import (
-    DOMAIN,
-    Graph,
-    attribute,
-    ints_attribute,
-    onnx_module,
-    replaced,
-    without_dead_nodes,
-)
+from service.engine.graph_view import DOMAIN, Graph, attribute, ints_attribute, onnx_module, replaced
 
 SOURCE_ROWS = "attention_mt.source_rows"  # the graph input added when the sources are indexed
 SOURCES = "attention_mt.sources"  # the batch axis of keys and values read through SOURCE_ROWS
@@ -282,9 +275,8 @@ def _self_contained(g: Graph, match: _Match) -> bool:
     )
 
 
-def fuse_attention(model: Any, index_sources: bool = True) -> dict[str, int]:
-    """Rewrite `model`'s attentions in place; the CacheAttention and CrossAttention nodes put in.
-    `index_sources`: give the CrossAttentions SOURCE_ROWS where they can take it."""
+def fuse_attention(model: Any) -> dict[str, int]:
+    """Rewrite `model`'s attentions in place; the CacheAttention and CrossAttention nodes put in."""
     if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < SOFTMAX_LAST_AXIS:
         return {}
     g = Graph(model.graph)
@@ -298,23 +290,23 @@ def fuse_attention(model: Any, index_sources: bool = True) -> dict[str, int]:
         return {}
     placed = {id(max(m.removed, key=lambda n: g.position[id(n)])): m.fused for m in matches}
     replaced(model, [n for m in matches for n in m.removed], placed)
-    without_dead_nodes(model)  # the keys' transposes, which still read them
-    if index_sources:
-        _index_sources(model)
     crosses = sum(m.fused.op_type == "CrossAttention" for m in matches)
     counts = {"CacheAttention": len(matches) - crosses, "CrossAttention": crosses}
     return {op: n for op, n in counts.items() if n}
 
 
-def _index_sources(model: Any) -> None:
+def index_sources(model: Any) -> None:
     """Give every fused CrossAttention SOURCE_ROWS, when they are all that read their keys and values
-    (graph inputs, nothing else reads, no graph output): those inputs' batch axis becomes SOURCES."""
+    (graph inputs, nothing else reads, no graph output): those inputs' batch axis becomes SOURCES.
+    Run it on a graph without dead nodes: the written attention's transposes of the keys read them."""
     crosses = [n for n in model.graph.node if n.domain == DOMAIN and n.op_type == "CrossAttention"]
+    if not crosses:
+        return
     shared = {name for node in crosses for name in node.input[1:3]}
     g = Graph(model.graph)
-    readers = [r for name in shared for r in g.consumers.get(name, [])]
-    if not crosses or SOURCE_ROWS in g.inputs or any(name not in g.inputs or name in g.outputs for name in shared):
+    if SOURCE_ROWS in g.inputs or any(name not in g.inputs or name in g.outputs for name in shared):
         return
+    readers = [r for name in shared for r in g.consumers.get(name, [])]
     misread = [i for r in readers for i, name in enumerate(r.input) if name in shared and i not in (1, 2)]
     if misread or any(r.domain != DOMAIN or r.op_type != "CrossAttention" for r in readers):
         return

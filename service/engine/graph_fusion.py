@@ -62,10 +62,12 @@ def fused_graph(path: Path, given: frozenset[str] = frozenset(), fusions: Fusion
     if fusions.rows:
         operators.update(quant_fusion.fuse_rows(model))
     if fusions.attention:
-        operators.update(attention_fusion.fuse_attention(model, fusions.sources))
+        operators.update(attention_fusion.fuse_attention(model))
     if not operators:
         return None
     without_dead_nodes(model)
+    if fusions.attention and fusions.sources:
+        attention_fusion.index_sources(model)
     prune(model)
     model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
     return FusedGraph(model.SerializeToString(), dict(sorted(operators.items())))

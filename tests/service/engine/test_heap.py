@@ -43,7 +43,7 @@ def faults(limit: int) -> int:
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
 def test_a_kept_heap_serves_a_steps_arrays_without_fresh_pages() -> None:
     kept, fresh = faults(heap.MAX_REUSE_BYTES), faults(0)
-    assert kept * 3 <= fresh, (kept, fresh)  # 324 against 1,316 when written (what is left: Python's own arenas)
+    assert kept * 3 <= fresh, (kept, fresh)  # 324 against 1,316 when written (the 324 not traced)
 
 
 def test_limits_glibc_does_not_take_are_refused() -> None:
