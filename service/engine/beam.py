@@ -44,6 +44,19 @@ class _Trace:
         return tokens[::-1], log_probs[::-1], np.stack(attention[::-1])
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """A hypothesis that ended at step t, scored by its length alone (no coverage penalty): it is
+    rebuilt from the trace only if it is among its sentence's n best when the sentence is done: at a
+    sentence's last step all 2K candidates end, and n_best of them are kept."""
+
+    t: int
+    row: int
+    token: int
+    log_prob: float  # the token's own
+    score: float
+
+
 _Candidate = tuple[int, int, float]  # (row, token, cumulative log-prob)
 Ranked = tuple[IntArray, IntArray, npt.NDArray[np.float64]]  # rows, tokens, cumulative log-probs: (A, n) each
 
@@ -125,7 +138,7 @@ class BeamDecode:
         self.K, self.n_best, self.eos_id, self.scoring, self.max_lengths = K, n_best, eos_id, scoring, max_lengths
         N = B * K
         self.trace = _Trace([np.full(N, bos_id, dtype=np.int64)], [np.zeros(N, np.float32)], [np.arange(N)], [])
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.finished: list[list[Hypothesis | _Ended]] = [[] for _ in range(B)]
         self.histories: list[list[int]] = [[bos_id] for _ in range(N)]  # each row's tokens, for repeat controls
         self.track = scoring.no_repeat_ngram > 0 or scoring.repetition_penalty != 1.0
         self.tokens: IntArray = self.trace.last_token[0]  # (N,) token each row feeds next
@@ -181,8 +194,9 @@ class BeamDecode:
         # impossible, so they are its beams and nothing finishes (what _advance finds, one by one).
         # transformers' rule may also stop a sentence no beam of which ends: it always goes one by one
         plain = ~last & ((tokens[:, :K] != self.eos_id) & (scores[:, :K] > -np.inf)).all(axis=1)
-        plain &= self.scoring.stopping != "transformers"
-        if plain.all():  # most steps: the K best are the beams, as they are
+        if self.scoring.stopping == "transformers":
+            plain[:] = False
+        elif plain.all():  # most steps: the K best are the beams, as they are
             return (rows[:, :K], tokens[:, :K], scores[:, :K]), plain
         beams = (np.empty((A, K), np.int64), np.empty((A, K), np.int64), np.empty((A, K)))
         for beam, chosen in zip(beams, ranked, strict=True):
@@ -251,7 +265,8 @@ class BeamDecode:
     def take_finished(self) -> list[tuple[int, list[Hypothesis]]]:
         """Sentences finished since the last call, each with its n_best hypotheses, best first."""
         done, self._done_now = self._done_now, []
-        return [(b, sorted(self.finished[b], key=lambda h: -h.score)[: self.n_best]) for b in done]
+        return [(b, [self._built(h) for h in sorted(self.finished[b], key=lambda h: -h.score)[: self.n_best]])
+                for b in done]  # fmt: skip
 
     def _advance(
         self, sentence: int, candidates: list[_Candidate], log_probs: FloatArray, t: int, last_step: bool
@@ -295,12 +310,21 @@ class BeamDecode:
             return []
         return self._pad(alive)
 
-    def _hypothesis(self, t: int, row: int, token: int, score: float, log_probs: FloatArray) -> Hypothesis:
+    def _hypothesis(self, t: int, row: int, token: int, score: float, log_probs: FloatArray) -> Hypothesis | _Ended:
+        """The hypothesis ending in `token` at step t: its t + 1 tokens scored; rebuilt now only where the
+        score needs its attention (the coverage penalty). The trace's steps up to t never change after it
+        (`drop` cuts only the rows about to be fed), so a later rebuild reads what this one would."""
+        if self.scoring.coverage is None:
+            return _Ended(t, row, token, float(log_probs[row, token]), self.scoring.normalised(score, t + 1))
         tokens, token_log_probs, attention = self.trace.rebuild(t, row, token, float(log_probs[row, token]))
-        normalised = self.scoring.normalised(score, len(tokens))
-        if self.scoring.coverage is not None:
-            normalised += self.scoring.coverage(attention)
+        normalised = self.scoring.normalised(score, len(tokens)) + self.scoring.coverage(attention)
         return Hypothesis(tokens, token_log_probs, attention, normalised, token == self.eos_id)
+
+    def _built(self, h: Hypothesis | _Ended) -> Hypothesis:
+        if isinstance(h, Hypothesis):
+            return h
+        tokens, token_log_probs, attention = self.trace.rebuild(h.t, h.row, h.token, h.log_prob)
+        return Hypothesis(tokens, token_log_probs, attention, h.score, h.token == self.eos_id)
 
     def _pad(self, alive: list[_Candidate]) -> list[_Candidate]:
         dead = (alive[0][0], alive[0][1], -np.inf)  # pads the beam; never chosen again

@@ -532,7 +532,7 @@ class OnnxSeq2Seq:
         new_origin = origin[rows]
         n = len(rows)
         sizes = self._needed(state, rows) if n < len(origin) else {}
-        if n > len(origin) or self._shrinks(state, sizes):
+        if n > len(origin) or (sizes and self._shrinks(state, sizes)):  # no sizes: nothing can shrink
             # rows repeated (a beam starts), or what only the leavers needed (a longer source, cache slots) goes too
             mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
             statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items() if k not in self.indexed}

@@ -470,3 +470,46 @@ def test_the_vectorised_beam_step_takes_what_one_by_one_takes(scoring: Scoring, 
             np.testing.assert_array_equal(h.attention, r.attention)
     if scoring.stopping != "transformers":  # both ways were taken
         assert 0 < calls[BeamDecode] < calls[OneByOne]
+
+
+class Eager(BeamDecode):
+    """Every ended hypothesis rebuilt from the trace at once, as before they waited to be chosen."""
+
+    def _hypothesis(self, *args: Any) -> Any:
+        return self._built(super()._hypothesis(*args))
+
+
+@pytest.mark.parametrize("n_best", [1, 3])
+def test_hypotheses_rebuilt_when_chosen_are_those_rebuilt_when_they_end(n_best: int) -> None:
+    """Without a coverage penalty an ended hypothesis is rebuilt only if its sentence keeps it. The
+    trace it is rebuilt from must still say what it said when it ended, also after sentences left
+    mid-search (their callers gone), which cuts the trace's newest rows."""
+    max_lengths = np.array([9, 14, 7, 12, 16, 11])
+
+    def search(decode_class: type[BeamDecode]) -> tuple[dict[int, list[Hypothesis]], int]:
+        decode = decode_class(max_lengths, BOS, EOS, 4, n_best, Scoring(alpha=0.6))
+        cohort, steps = Cohort(ScriptedModel(seed=11), initial(len(max_lengths)), decode), 0
+        results: dict[int, list[Hypothesis]] = {}
+        waiting = 0  # ended hypotheses not rebuilt yet when sentences 1 and 4 leave
+        while not cohort.done:
+            results.update(cohort.step())
+            steps += 1
+            if steps == 5:
+                waiting = sum(not isinstance(h, Hypothesis) for s in (0, 2, 3, 5) for h in decode.finished[s])
+                cohort.drop({1, 4})
+        return results, waiting
+
+    (lazy, waiting), (eager, _) = search(BeamDecode), search(Eager)
+    assert waiting > 0
+    assert sorted(lazy) == sorted(eager) == [0, 2, 3, 5]
+    for sentence, nbest in lazy.items():
+        assert len(nbest) == len(eager[sentence]) >= 1
+        for h, e in zip(nbest, eager[sentence], strict=True):
+            assert (h.tokens, h.token_log_probs, h.score, h.finished) == (
+                e.tokens,
+                e.token_log_probs,
+                e.score,
+                e.finished,
+            )
+            np.testing.assert_array_equal(h.attention, e.attention)
+            check_attention(h)
