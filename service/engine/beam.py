@@ -144,6 +144,7 @@ class BeamDecode:
         self.tokens: IntArray = self.trace.last_token[0]  # (N,) token each row feeds next
         self.cum = np.tile(np.array([0.0] + [-np.inf] * (K - 1)), B)  # (N,) one live row per sentence at t=0
         self.active = list(range(B))  # sentences still searching, in row-block order
+        self._active_lengths = max_lengths  # (A,) their max lengths
         self.t = 0
         self._done_now: list[int] = []
 
@@ -160,7 +161,7 @@ class BeamDecode:
         K, t = self.K, self.t
         if self.track:
             log_probs = against_repeats(log_probs, self.histories, self.scoring)
-        last = t + 1 >= self.max_lengths[np.asarray(self.active)]  # (A,) sentences at their max length
+        last = t + 1 >= self._active_lengths  # (A,) sentences at their max length
         if self.scoring.forced_eos:
             log_probs = force_eos(log_probs, np.repeat(last, K), self.eos_id)
         self.trace.attention.append(attention)
@@ -168,6 +169,7 @@ class BeamDecode:
         if not going.all():  # sentences leave: the last ones' rows fill the gaps
             blocks = gap_filling(np.flatnonzero(going).tolist())
             self.active = [self.active[a] for a in blocks]
+            self._active_lengths = self.max_lengths[self.active]
             if not self.active:  # no rows go on
                 self.tokens = self.tokens[:0]
                 return np.zeros(0, dtype=np.int64)
@@ -251,6 +253,7 @@ class BeamDecode:
             return None
         keep = np.array([a * self.K + k for a in blocks for k in range(self.K)], dtype=np.int64)
         self.active = [self.active[a] for a in blocks]
+        self._active_lengths = self.max_lengths[self.active]
         self.tokens, self.cum = self.tokens[keep], self.cum[keep]
         if self.track:
             self.histories = [self.histories[r] for r in keep]

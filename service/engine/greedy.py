@@ -44,16 +44,16 @@ class GreedyDecode:
             lengths = np.array([len(self._tokens[b]) for b in self.rows])
             log_probs = force_eos(log_probs, lengths + 1 >= self.max_lengths[self.rows], self.eos_id)
         tokens = log_probs.argmax(axis=1)  # (N,)
+        chosen = log_probs[np.arange(len(tokens)), tokens].tolist()  # (N,) read once, not row by row
         keep = []
-        for i, sentence in enumerate(self.rows):
-            token = int(tokens[i])
+        for i, (sentence, token, log_prob) in enumerate(zip(self.rows.tolist(), tokens.tolist(), chosen, strict=True)):
             self._tokens[sentence].append(token)
-            self._log_probs[sentence].append(float(log_probs[i, token]))
+            self._log_probs[sentence].append(log_prob)
             self._attention[sentence].append(attention[i])
             if token != self.eos_id and len(self._tokens[sentence]) < self.max_lengths[sentence]:
                 keep.append(i)
             else:
-                self._finished.append((int(sentence), [self._hypothesis(int(sentence))]))
+                self._finished.append((sentence, [self._hypothesis(sentence)]))
         self.tokens = tokens
         return self._keep(np.asarray(gap_filling(keep), dtype=np.int64))
 

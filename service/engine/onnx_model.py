@@ -493,10 +493,9 @@ class OnnxSeq2Seq:
         positions = state.state[POSITIONS]
         need = int(positions.max()) + 1 if len(positions) else 0
         tensors = state.state
-        for name in tensors:
-            for axis, dim in self.axes[name]:
-                if dim == CACHE_AXIS and tensors[name].shape[axis] < need:
-                    tensors[name] = _pad(tensors[name], axis, rounded_up(need, CACHE_CHUNK), 0)
+        for name, axis in self.slot_axis.items():
+            if tensors[name].shape[axis] < need:
+                tensors[name] = _pad(tensors[name], axis, rounded_up(need, CACHE_CHUNK), 0)
         return state
 
     def merge(self, a: OnnxState, b: OnnxState) -> OnnxState:

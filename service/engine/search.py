@@ -144,7 +144,8 @@ class Cohort(Generic[StateT]):
         """One decoder step for every row; the sentences that finished with it."""
         if self.done:
             return []
-        tokens = np.concatenate([part.decode.tokens for part in self.parts])
+        parts = self.parts
+        tokens = parts[0].decode.tokens if len(parts) == 1 else np.concatenate([p.decode.tokens for p in parts])
         log_probs, attention, state = self.model.step(tokens, self.state)  # (N, V), (N, ..., S)
 
         def advance(part: _Part, rows: slice) -> IntArray | None:
@@ -165,6 +166,9 @@ class Cohort(Generic[StateT]):
 
     def _each_part(self, act: Callable[[_Part, slice], IntArray | None]) -> IntArray | None:
         """`act` on every part with its rows; the state rows that go on, over all parts (None: all)."""
+        if len(self.parts) == 1:  # most cohorts: the part's own rows are the cohort's
+            part = self.parts[0]
+            return act(part, slice(0, len(part.decode.tokens)))
         kept_rows, start, changed = [], 0, False
         for part in self.parts:
             n = len(part.decode.tokens)
