@@ -422,6 +422,13 @@ def test_equal_candidates_go_to_the_lower_row_then_the_lower_token() -> None:
     np.testing.assert_array_equal(alone_scores[0], scores[1])
 
 
+def assert_same_hypotheses(ours: list[Hypothesis], reference: list[Hypothesis]) -> None:
+    assert len(ours) == len(reference)
+    for h, r in zip(ours, reference, strict=True):
+        assert (h.tokens, h.token_log_probs, h.score, h.finished) == (r.tokens, r.token_log_probs, r.score, r.finished)
+        np.testing.assert_array_equal(h.attention, r.attention)
+
+
 class OneByOne(BeamDecode):
     """The beam step as it reads: every sentence through `_advance`, one after another."""
 
@@ -459,15 +466,7 @@ def test_the_vectorised_beam_step_takes_what_one_by_one_takes(scoring: Scoring, 
         return Cohort(ScriptedModel(seed=7), initial(len(max_lengths)), decode).run(len(max_lengths))
 
     for ours, reference in zip(search(BeamDecode), search(OneByOne), strict=True):
-        assert len(ours) == len(reference)
-        for h, r in zip(ours, reference, strict=True):
-            assert (h.tokens, h.token_log_probs, h.score, h.finished) == (
-                r.tokens,
-                r.token_log_probs,
-                r.score,
-                r.finished,
-            )
-            np.testing.assert_array_equal(h.attention, r.attention)
+        assert_same_hypotheses(ours, reference)
     if scoring.stopping != "transformers":  # both ways were taken
         assert 0 < calls[BeamDecode] < calls[OneByOne]
 
@@ -503,13 +502,7 @@ def test_hypotheses_rebuilt_when_chosen_are_those_rebuilt_when_they_end(n_best: 
     assert waiting > 0
     assert sorted(lazy) == sorted(eager) == [0, 2, 3, 5]
     for sentence, nbest in lazy.items():
-        assert len(nbest) == len(eager[sentence]) >= 1
-        for h, e in zip(nbest, eager[sentence], strict=True):
-            assert (h.tokens, h.token_log_probs, h.score, h.finished) == (
-                e.tokens,
-                e.token_log_probs,
-                e.score,
-                e.finished,
-            )
-            np.testing.assert_array_equal(h.attention, e.attention)
+        assert nbest
+        assert_same_hypotheses(nbest, eager[sentence])
+        for h in nbest:
             check_attention(h)
