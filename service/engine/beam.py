@@ -46,7 +46,7 @@ class _Trace:
 
 @dataclass(frozen=True)
 class _Ended:
-    """A hypothesis that ended at step t, scored by its length alone (no coverage penalty): it is
+    """A hypothesis that ended at step t, scored by its length alone (no coverage penalty). It is
     rebuilt from the trace only if it is among its sentence's n best when the sentence is done: at a
     sentence's last step all 2K candidates end, and n_best of them are kept."""
 
@@ -143,8 +143,7 @@ class BeamDecode:
         self.track = scoring.no_repeat_ngram > 0 or scoring.repetition_penalty != 1.0
         self.tokens: IntArray = self.trace.last_token[0]  # (N,) token each row feeds next
         self.cum = np.tile(np.array([0.0] + [-np.inf] * (K - 1)), B)  # (N,) one live row per sentence at t=0
-        self.active = list(range(B))  # sentences still searching, in row-block order
-        self._active_lengths = max_lengths  # (A,) their max lengths
+        self._keep_active(list(range(B)))
         self.t = 0
         self._done_now: list[int] = []
 
@@ -168,8 +167,7 @@ class BeamDecode:
         (alive_rows, alive_tokens, alive_scores), going = self._beams(self._candidates(log_probs), last, log_probs)
         if not going.all():  # sentences leave: the last ones' rows fill the gaps
             blocks = gap_filling(np.flatnonzero(going).tolist())
-            self.active = [self.active[a] for a in blocks]
-            self._active_lengths = self.max_lengths[self.active]
+            self._keep_active([self.active[a] for a in blocks])
             if not self.active:  # no rows go on
                 self.tokens = self.tokens[:0]
                 return np.zeros(0, dtype=np.int64)
@@ -252,8 +250,7 @@ class BeamDecode:
         if len(blocks) == len(self.active):
             return None
         keep = np.array([a * self.K + k for a in blocks for k in range(self.K)], dtype=np.int64)
-        self.active = [self.active[a] for a in blocks]
-        self._active_lengths = self.max_lengths[self.active]
+        self._keep_active([self.active[a] for a in blocks])
         self.tokens, self.cum = self.tokens[keep], self.cum[keep]
         if self.track:
             self.histories = [self.histories[r] for r in keep]
@@ -264,6 +261,12 @@ class BeamDecode:
             tr.parent[-1][keep],
         )
         return keep
+
+    def _keep_active(self, sentences: list[int]) -> None:
+        """The sentences still searching, in row-block order, and their max lengths (A,), which every
+        step compares with its position."""
+        self.active = sentences
+        self._active_lengths = self.max_lengths[sentences]
 
     def take_finished(self) -> list[tuple[int, list[Hypothesis]]]:
         """Sentences finished since the last call, each with its n_best hypotheses, best first."""

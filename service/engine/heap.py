@@ -23,8 +23,10 @@ def reuse_freed_memory(limit: int) -> bool:
     """Serve allocations under `limit` bytes from the heap, and keep up to twice that freed at its top
     for the next ones, instead of pages mapped and unmapped for each (0: glibc's own policy). For the
     whole process, from now on; whether glibc took it."""
+    if not 0 < limit <= MAX_REUSE_BYTES:
+        return False
     mallopt = _libc("mallopt")
-    if mallopt is None or not 0 < limit <= MAX_REUSE_BYTES:
+    if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, limit)) and bool(mallopt(M_TRIM_THRESHOLD, 2 * limit))
 

@@ -531,7 +531,7 @@ class OnnxSeq2Seq:
         new_origin = origin[rows]
         n = len(rows)
         sizes = self._needed(state, rows) if n < len(origin) else {}
-        if n > len(origin) or (sizes and self._shrinks(state, sizes)):  # no sizes: nothing can shrink
+        if n > len(origin) or self._shrinks(state, sizes):
             # rows repeated (a beam starts), or what only the leavers needed (a longer source, cache slots) goes too
             mask = self._take("src_pad_mask", state.src_pad_mask, rows, 0, sizes)
             statics = {k: self._take(k, v, rows, 0, sizes) for k, v in state.statics.items() if k not in self.indexed}
@@ -607,6 +607,8 @@ class OnnxSeq2Seq:
         oldest rows, which set the cache's width, are the ones that leave; cutting at every chunk of
         slots they freed served 2-4% fewer news sentences a second (beam 4 at 16 clients, greedy at
         32) and made no difference offline."""
+        if not sizes:  # a beam reshuffle: no row left, nothing to cut
+            return False
         widths = [(sizes.get(SOURCE_AXIS), state.src_pad_mask.shape[1])]
         widths += [(sizes.get(CACHE_AXIS), state.state[name].shape[axis]) for name, axis in self.slot_axis.items()]
         return any(need is not None and need <= SHRINK_TO * now for need, now in widths)
