@@ -6,7 +6,7 @@ sessions in the service, so what is evaluated is what is served. A `Cohort` is o
 decoded: the service's scheduler steps many of them in turn, and takes each finished sentence
 out as soon as it ends; `greedy_search` and `beam_search` run one cohort to its end.
 
-Legend: B sentences, K beam, N = rows fed to the model (B·K, shrinking as sentences finish),
+Legend: B sentences, K beam, N = rows fed to the model (B, then B·K, shrinking as sentences finish),
 V target vocabulary.
 """
 

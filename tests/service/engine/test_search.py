@@ -411,6 +411,7 @@ def test_equal_candidates_go_to_the_lower_row_then_the_lower_token() -> None:
     def candidates(sentences: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         decode = BeamDecode(np.full(sentences, 10), BOS, EOS, 2, 1, Scoring())
         decode.cum = np.zeros(2 * sentences)  # both beams alive with equal scores: every row ties
+        decode.rows_per = 2  # a step after the first, which feeds one row a sentence
         return decode._candidates(np.tile(log_probs, (2 * sentences, 1)))
 
     rows, tokens, scores = candidates(3)
@@ -504,5 +505,72 @@ def test_hypotheses_rebuilt_when_chosen_are_those_rebuilt_when_they_end(n_best: 
     for sentence, nbest in lazy.items():
         assert nbest
         assert_same_hypotheses(nbest, eager[sentence])
+        for h in nbest:
+            check_attention(h)
+
+
+class KRowsFirst(BeamDecode):
+    """The first step as it was: each sentence's row repeated K times, all but one dead (-inf)."""
+
+    def __init__(self, max_lengths: np.ndarray, *args: Any) -> None:
+        super().__init__(max_lengths, *args)
+        B, K = len(max_lengths), self.K
+        self.rows_per = K
+        tr = self.trace
+        first = (tr.last_token[0], tr.last_log_prob[0], np.arange(B * K))
+        tr.last_token[0], tr.last_log_prob[0], tr.parent[0] = (np.repeat(first[0], K), np.repeat(first[1], K), first[2])
+        self.tokens = tr.last_token[0]
+        self.histories = [list(h) for h in self.histories for _ in range(K)]
+        self.cum = np.tile(np.array([0.0] + [-np.inf] * (K - 1)), B)
+
+    def start(self) -> np.ndarray:  # type: ignore[override]
+        return np.repeat(np.arange(len(self.active)), self.K)
+
+
+class RowCounting(ScriptedModel):
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed=seed)
+        self.rows: list[int] = []
+
+    def step(self, tokens: np.ndarray, state: Any) -> Any:
+        self.rows.append(len(tokens))
+        return super().step(tokens, state)
+
+
+@pytest.mark.parametrize(
+    ("beam", "n_best", "scoring", "drop_first"),
+    [
+        (4, 1, Scoring(alpha=0.6), False),
+        (4, 3, Scoring(alpha=0.6), True),
+        (5, 2, Scoring(alpha=0.6, no_repeat_ngram=2), False),  # 2K candidates > V: fewer at the first step
+        (9, 1, Scoring(), False),  # K > V: the first step cannot fill the beams
+        (4, 1, Scoring(coverage=lambda a: coverage_penalty(a, 0.2), forced_eos=True), True),
+        (3, 2, Scoring(stopping="transformers", repetition_penalty=1.3), False),
+    ],
+)
+def test_the_first_step_feeds_one_row_a_sentence_and_finds_what_k_rows_found(
+    beam: int, n_best: int, scoring: Scoring, drop_first: bool
+) -> None:
+    """All K beams of a sentence start from one BOS, so the first step feeds its one encoder row and
+    spreads it to K rows after; the hypotheses are those of K rows fed from the start."""
+    max_lengths = np.array([9, 14, 7, 12, 16, 11])
+
+    def search(decode_class: type[BeamDecode]) -> tuple[dict[int, list[Hypothesis]], list[int]]:
+        model = RowCounting(seed=5)
+        cohort = Cohort(model, initial(len(max_lengths)), decode_class(max_lengths, BOS, EOS, beam, n_best, scoring))
+        if drop_first:  # callers gone before any step
+            cohort.drop({1, 4})
+        results: dict[int, list[Hypothesis]] = {}
+        while not cohort.done:
+            results.update(cohort.step())
+        return results, model.rows
+
+    (ours, rows), (reference, reference_rows) = search(BeamDecode), search(KRowsFirst)
+    sentences = 4 if drop_first else 6
+    assert rows[0] == sentences and reference_rows[0] == sentences * beam
+    assert rows[1] == reference_rows[1]
+    assert sorted(ours) == sorted(reference) and len(ours) == sentences
+    for sentence, nbest in ours.items():
+        assert_same_hypotheses(nbest, reference[sentence])
         for h in nbest:
             check_attention(h)
