@@ -39,6 +39,7 @@ class Plan:
     batch1_sentences: int = 8  # per timed round at batch 1
     batch32_calls: int = 2  # batches per timed round at batch 32
     real_sentences: int = 256
+    real_rounds: int = 3  # interleaved passes over the real sentences, per cell
     cells: tuple[Cell, ...] = tuple(all_cells())
     engines: tuple[str, ...] = ENGINES
     all_settings: bool = True  # False: each engine's first thread setting only (harness checks)
@@ -197,7 +198,8 @@ def run_benchmark(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         refs = [p.text(data.target) for p in test[: plan.real_sentences]]
         real_rows = []
         for cell in plan.cells:
-            row = real_data(cell, chosen[cell.key], real, refs, ckpt.tgt_tokenizer, data.target, data.max_tgt_tokens)
+            tokenizer, rounds = ckpt.tgt_tokenizer, plan.real_rounds
+            row = real_data(cell, chosen[cell.key], real, refs, tokenizer, data.target, data.max_tgt_tokens, rounds)
             print(_real_line(row), flush=True)
             real_rows.append(row)
         by_length = throughput_by_length(chosen[plan.cells[1].key], ckpt.src_tokenizer, texts, (10, 20, 40, 60), 20)
@@ -247,6 +249,8 @@ def peak_rss(workers: dict[str, dict[str, list[Worker]]]) -> dict[str, dict[str,
 
 def _real_line(row: dict[str, Any]) -> str:
     parts = [f"{n} {e['tokens_per_s']:.0f} tok/s BLEU {e['bleu']:.2f}" for n, e in row["engines"].items()]
+    if "ratio_to_ct2" in row:
+        parts.append(f"ort/ct2 {row['ratio_to_ct2']['median']:.2f}")
     return f"real {row['cell']:<13} " + "; ".join(parts)
 
 
@@ -254,7 +258,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     plan = Plan(rounds=args.rounds, real_sentences=args.real_sentences, engines=tuple(args.engines.split(",")))
     if args.quick:
-        plan = Plan(1, batch1_sentences=2, batch32_calls=1, real_sentences=16, engines=plan.engines, all_settings=False)
+        plan = Plan(
+            1,
+            batch1_sentences=2,
+            batch32_calls=1,
+            real_sentences=16,
+            real_rounds=2,
+            engines=plan.engines,
+            all_settings=False,
+        )
     return run_benchmark(args, plan)
 
 

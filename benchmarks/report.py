@@ -44,11 +44,16 @@ def latency_table(results: dict[str, Any]) -> str:
 
 def real_table(results: dict[str, Any]) -> str:
     engines = list(results["real_data"][0]["engines"])
-    rows = [
-        [row["cell"]] + [f"{row['engines'][e]['tokens_per_s']:.0f} / {row['engines'][e]['bleu']:.2f}" for e in engines]
-        for row in results["real_data"]
-    ]
-    return _table(["cell"] + [f"{e} tok/s / BLEU" for e in engines], rows)
+    ratios = all("ratio_to_ct2" in row for row in results["real_data"])
+    rows = []
+    for row in results["real_data"]:
+        cells = [f"{row['engines'][e]['tokens_per_s']:.0f} / {row['engines'][e]['bleu']:.2f}" for e in engines]
+        if ratios:
+            r = row["ratio_to_ct2"]
+            cells.append(f"{r['median']:.2f} ({r['min']:.2f}–{r['max']:.2f})")
+        rows.append([row["cell"], *cells])
+    header = ["cell"] + [f"{e} tok/s / BLEU" for e in engines] + (["ort ÷ ct2 (rounds)"] if ratios else [])
+    return _table(header, rows)
 
 
 def roofline_table(results: dict[str, Any]) -> str:

@@ -43,11 +43,14 @@ def test_quick_benchmark_runs_every_section(trained_tiny_run: Path, synthetic_co
             assert engine["tokens_per_s"] > 0
             assert engine["ratio_to_ct2"] > 0
     # same work: every engine generated exactly 20 tokens per sentence, so tokens/s compare
-    for row in results["real_data"]:
+    for row in results["real_data"]:  # two passes each, the engines taking turns
         assert {"bleu", "chrf"} <= set(row["engines"]["ort"])
+        assert all(len(e["tokens_per_s_rounds"]) == 2 for e in row["engines"].values())
+        assert 0 < row["ratio_to_ct2"]["min"] <= row["ratio_to_ct2"]["median"] <= row["ratio_to_ct2"]["max"]
     assert set(results["step_ms_by_position"]) >= {"8", "32"}
     text = markdown.read_text()
     assert "old" not in text and "prose" in text and "more prose" in text and "| greedy/b1/fp32 |" in text
+    assert "ort ÷ ct2 (rounds)" in text
 
 
 def test_step_bench_times_graphs_side_by_side(
