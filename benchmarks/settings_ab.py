@@ -27,6 +27,7 @@ import json
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -84,10 +85,22 @@ def code_trees(revs: set[str]) -> Iterator[dict[str, Path]]:
                 if made.returncode:  # not a checkout, or no such revision: say git's reason
                     del trees[rev]
                     raise SystemExit(f"@{rev}: git worktree add failed: {made.stderr.strip()}")
+                build_extensions(rev, trees[rev])
             yield trees
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
+
+
+def build_extensions(rev: str, tree: Path) -> None:
+    """The revision's C extensions (pyproject's ext-modules) built in its worktree, next to their
+    sources, as `pip install -e .` builds this checkout's: a worktree holds only tracked files, so its
+    server would otherwise import the revision's code without its kernels and operators, and run
+    the numpy fallbacks against this tree's compiled ones."""
+    build = [sys.executable, "-c", "import setuptools; setuptools.setup()", "build_ext", "--inplace"]
+    built = subprocess.run(build, cwd=tree, check=False, capture_output=True, text=True)
+    if built.returncode:
+        raise SystemExit(f"@{rev}: building its C extensions failed: {built.stderr.strip()[-2000:]}")
 
 
 def server_env(v: Variant, trees: dict[str, Path]) -> dict[str, str]:

@@ -38,6 +38,9 @@ def test_each_server_gets_its_settings_or_code_and_every_figure_a_round(bundle_d
     code = variant("@HEAD,MT_JOIN_DELAY_MS=0")
     with code_trees({"HEAD"}) as trees:
         assert (trees["HEAD"] / "service" / "api" / "app.py").is_file()
+        # the revision's kernels and operators are built beside its sources, as this checkout's are
+        built = {p.name.split(".")[0] for p in (trees["HEAD"] / "service" / "engine").glob("_*.so")}
+        assert built == {p.name.split(".")[0] for p in Path("service/engine").glob("_*.so")}
         # the second server's log lines go into a pipe another process drains (settings_ab --logs pipe)
         servers = {
             "no delay, HEAD": Server(bundle, env=server_env(code, trees)),
