@@ -191,6 +191,8 @@ class Scheduler(Generic[ResultT]):
             _Job(loop, loop.create_future(), key=key, src_ids=ids, request=request, enqueued=now) for ids in src_ids
         ]
         self._enqueue(jobs)
+        if len(jobs) == 1:  # one sentence: its future itself, without gather's
+            return [await jobs[0].future]
         return list(await asyncio.gather(*(job.future for job in jobs)))
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:

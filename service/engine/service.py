@@ -149,8 +149,9 @@ class TranslationService:
         reranking = {
             k: self._reranked(j.translator, j.rerank, j.prepared, results[k]) for k, j in enumerate(jobs) if j.rerank
         }
-        for k, nbests in zip(reranking, await asyncio.gather(*reranking.values()), strict=True):
-            results[k] = nbests
+        if reranking:
+            for k, nbests in zip(reranking, await asyncio.gather(*reranking.values()), strict=True):
+                results[k] = nbests
         return [self._finish(job, hyps) for job, hyps in zip(jobs, results, strict=True)]
 
     async def _decode(self, work: list[tuple[Translator, SearchOptions, PreparedText]]) -> list[list[list[Hypothesis]]]:
@@ -168,7 +169,11 @@ class TranslationService:
             for i in members:
                 results[i] = [next(out) for _ in work[i][2].encodings]
 
-        await asyncio.gather(*(run(key, members) for key, members in groups.items()))
+        if len(groups) == 1:  # most requests: one model and options, awaited without a task of their own
+            [(key, members)] = groups.items()
+            await run(key, members)
+        else:
+            await asyncio.gather(*(run(key, members) for key, members in groups.items()))
         return results
 
     async def _reranked(
