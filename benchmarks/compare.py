@@ -196,9 +196,8 @@ def run_benchmark(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         cells, chosen = run_cells(plan, workers, fixed)
         real = real_sources(ckpt.src_tokenizer, texts[: plan.real_sentences], data.max_src_tokens)
         refs = [p.text(data.target) for p in test[: plan.real_sentences]]
-        real_rows = []
+        real_rows, tokenizer, rounds = [], ckpt.tgt_tokenizer, plan.real_rounds
         for cell in plan.cells:
-            tokenizer, rounds = ckpt.tgt_tokenizer, plan.real_rounds
             row = real_data(cell, chosen[cell.key], real, refs, tokenizer, data.target, data.max_tgt_tokens, rounds)
             print(_real_line(row), flush=True)
             real_rows.append(row)
