@@ -136,10 +136,7 @@ class BeamDecode:
             raise ValueError(f"n_best must be in 1..beam_size ({beam}), got {n_best}")
         B, K = len(max_lengths), beam
         self.K, self.n_best, self.eos_id, self.scoring, self.max_lengths = K, n_best, eos_id, scoring, max_lengths
-        # the first step feeds one row a sentence, its encoder row: all K beams would start from the same
-        # BOS, so K rows would compute one row's results K times (beam 4 x 16 real sentences: a first
-        # step of 64 rows took 6.5 ms, of 16 rows 2.2). The first advance spreads each sentence to K rows.
-        self.rows_per = 1  # rows a sentence has in the step about to be fed: 1, then K
+        # one row a sentence until the first advance spreads each to K (`rows_per`)
         self.trace = _Trace([np.full(B, bos_id, dtype=np.int64)], [np.zeros(B, np.float32)], [np.arange(B)], [])
         self.finished: list[list[Hypothesis | _Ended]] = [[] for _ in range(B)]
         self.histories: list[list[int]] = [[bos_id] for _ in range(B)]  # each row's tokens, for repeat controls
@@ -155,12 +152,19 @@ class BeamDecode:
         return None
 
     @property
+    def rows_per(self) -> int:
+        """Rows a sentence has in the step about to be fed: one at the first, K after. All K beams would
+        start from the same BOS, so K rows would compute one row's results K times (beam 4 x 16 real
+        sentences: a first step of 64 rows took 6.5 ms, of 16 rows 2.2)."""
+        return self.K if self.t else 1
+
+    @property
     def done(self) -> bool:
         return not self.active
 
     def advance(self, log_probs: FloatArray, attention: FloatArray) -> IntArray | None:
         """Take the step's (N, V) log-probs and (N, ...) attention; the state rows of the next step."""
-        K, t = self.K, self.t
+        t = self.t
         if self.track:
             log_probs = against_repeats(log_probs, self.histories, self.scoring)
         last = t + 1 >= self._active_lengths  # (A,) sentences at their max length
@@ -184,7 +188,6 @@ class BeamDecode:
         self.trace.last_log_prob.append(log_probs[rows, self.tokens])
         self.trace.parent.append(rows)
         self.t += 1
-        self.rows_per = K
         return rows
 
     def _beams(

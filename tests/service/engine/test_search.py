@@ -411,7 +411,7 @@ def test_equal_candidates_go_to_the_lower_row_then_the_lower_token() -> None:
     def candidates(sentences: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         decode = BeamDecode(np.full(sentences, 10), BOS, EOS, 2, 1, Scoring())
         decode.cum = np.zeros(2 * sentences)  # both beams alive with equal scores: every row ties
-        decode.rows_per = 2  # a step after the first, which feeds one row a sentence
+        decode.t = 1  # a step after the first, which feeds one row a sentence
         return decode._candidates(np.tile(log_probs, (2 * sentences, 1)))
 
     rows, tokens, scores = candidates(3)
@@ -515,13 +515,16 @@ class KRowsFirst(BeamDecode):
     def __init__(self, max_lengths: np.ndarray, *args: Any) -> None:
         super().__init__(max_lengths, *args)
         B, K = len(max_lengths), self.K
-        self.rows_per = K
         tr = self.trace
         first = (tr.last_token[0], tr.last_log_prob[0], np.arange(B * K))
         tr.last_token[0], tr.last_log_prob[0], tr.parent[0] = (np.repeat(first[0], K), np.repeat(first[1], K), first[2])
         self.tokens = tr.last_token[0]
         self.histories = [list(h) for h in self.histories for _ in range(K)]
         self.cum = np.tile(np.array([0.0] + [-np.inf] * (K - 1)), B)
+
+    @property
+    def rows_per(self) -> int:
+        return self.K
 
     def start(self) -> np.ndarray:  # type: ignore[override]
         return np.repeat(np.arange(len(self.active)), self.K)
