@@ -36,6 +36,16 @@
      Row b's values[b] go to cache[b, :, positions[b], :], for every pair: what numpy's fancy
      assignment does a cache a call (6 calls a step for a 3-layer decoder), in one.
 
+   greedy_choose(log_probs, rows, step, lengths, eos, tokens, scores, places, chosen[, avx2]) -> int
+     log_probs: (N, V) float32, C-contiguous; rows: (N,) int64, each row's sentence in 0..B-1
+     lengths: (B,) int64, each sentence's most tokens; step: the tokens every row has so far
+     tokens, places: (B, T) int64 and scores: (B, T) float32, written at [rows[i], step]: row i's
+             best token (the lowest column among equal values, as numpy's argmax), its log-prob, i
+     chosen: (N,) int64, written: each row's best token
+     Returns how many rows end (their token is eos, or they reach their length), or -1, nothing
+     written, when a row holds a NaN. A greedy step's choice and bookkeeping in one call: numpy took
+     an argmax, a gather and a loop over the rows in Python.
+
    Built as an optional extension (pyproject.toml): without a C compiler the package installs
    without it and service/engine/native.py falls back to numpy. */
 
@@ -481,6 +491,136 @@ static PyObject *write_slots(PyObject *self, PyObject *args) {
     return NULL;
 }
 
+/* ---- greedy_choose ----------------------------------------------------------------------------- */
+
+typedef struct {
+    const float *log_probs;  /* (N, V) */
+    const int64_t *rows, *lengths;
+    int64_t N, V, B, T, step, eos;
+    int64_t *tokens, *places, *chosen;  /* (B, T), (B, T), (N,) */
+    float *scores;                      /* (B, T) */
+} Choice;
+
+/* the first column of the row's largest value; -1 for a NaN */
+static int64_t best_scalar(const float *row, int64_t V) {
+    int64_t best = 0;
+    for (int64_t c = 0; c < V; c++) {
+        if (row[c] != row[c]) return -1;
+        if (row[c] > row[best]) best = c;
+    }
+    return best;
+}
+
+#ifdef HAVE_AVX2_PATH
+/* two passes: the largest value (four accumulators, a NaN noted), then the first column holding it */
+__attribute__((target("avx2"))) static int64_t best_avx2(const float *row, int64_t V) {
+    if (V < 32) return best_scalar(row, V);
+    __m256 m0 = _mm256_loadu_ps(row), m1 = m0, m2 = m0, m3 = m0, nan = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= V; c += 32) {
+        __m256 a = _mm256_loadu_ps(row + c), b = _mm256_loadu_ps(row + c + 8);
+        __m256 x = _mm256_loadu_ps(row + c + 16), y = _mm256_loadu_ps(row + c + 24);
+        nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(x, y, _CMP_UNORD_Q)));
+        m0 = _mm256_max_ps(m0, a), m1 = _mm256_max_ps(m1, b), m2 = _mm256_max_ps(m2, x), m3 = _mm256_max_ps(m3, y);
+    }
+    if (_mm256_movemask_ps(nan)) return -1;
+    float lanes[8], top;
+    _mm256_storeu_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    top = lanes[0];
+    for (int k = 1; k < 8; k++) top = lanes[k] > top ? lanes[k] : top;
+    for (int64_t r = c; r < V; r++) {
+        if (row[r] != row[r]) return -1;
+        top = row[r] > top ? row[r] : top;
+    }
+    __m256 want = _mm256_set1_ps(top);
+    for (c = 0; c + 8 <= V; c += 8) {
+        int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + c), want, _CMP_EQ_OQ));
+        if (mask) return c + __builtin_ctz(mask);
+    }
+    for (; c < V; c++)
+        if (row[c] == top) return c;
+    return 0;  /* not reached: top is one of the row's values */
+}
+#endif
+
+static int64_t best_column(const float *row, int64_t V, int avx2) {
+#ifdef HAVE_AVX2_PATH
+    if (avx2) return best_avx2(row, V);
+#else
+    (void)avx2;
+#endif
+    return best_scalar(row, V);
+}
+
+/* rows that end, or -1 on a NaN (nothing written but chosen) */
+static int64_t choose(const Choice *c, int avx2) {
+    for (int64_t i = 0; i < c->N; i++)
+        if ((c->chosen[i] = best_column(c->log_probs + i * c->V, c->V, avx2)) < 0) return -1;
+    int64_t ending = 0;
+    for (int64_t i = 0; i < c->N; i++) {
+        int64_t at = c->rows[i] * c->T + c->step, token = c->chosen[i];
+        c->tokens[at] = token;
+        c->scores[at] = c->log_probs[i * c->V + token];
+        c->places[at] = i;
+        ending += token == c->eos || c->step + 1 >= c->lengths[c->rows[i]];
+    }
+    return ending;
+}
+
+static const char *check_choice(Py_buffer *b, Py_ssize_t step) {
+    Py_buffer *lp = &b[0], *rows = &b[1], *lengths = &b[2], *tokens = &b[3], *scores = &b[4], *places = &b[5];
+    Py_buffer *chosen = &b[6];
+    if (lp->ndim != 2 || lp->itemsize != 4 || strcmp(lp->format, "f") != 0) return "log_probs must be a 2-D float32 array";
+    if (rows->ndim != 1 || !is_int64(rows) || rows->shape[0] != lp->shape[0]) return "rows must be int64, one a row";
+    if (chosen->ndim != 1 || !is_int64(chosen) || chosen->shape[0] != lp->shape[0]) return "chosen must be int64, one a row";
+    if (lengths->ndim != 1 || !is_int64(lengths)) return "lengths must be a 1-D int64 array";
+    if (tokens->ndim != 2 || !is_int64(tokens) || places->ndim != 2 || !is_int64(places) || scores->ndim != 2 ||
+        scores->itemsize != 4 || strcmp(scores->format, "f") != 0)
+        return "tokens and places must be int64, scores float32, 2-D";
+    int64_t B = lengths->shape[0], T = tokens->shape[1];
+    if (tokens->shape[0] != B || places->shape[0] != B || scores->shape[0] != B || places->shape[1] != T ||
+        scores->shape[1] != T)
+        return "tokens, scores and places must be (sentences, steps)";
+    if (step < 0 || step >= T) return "step must be in 0..steps-1";
+    if (lp->shape[1] < 1) return "log_probs must have a column";
+    const int64_t *r = rows->buf;
+    for (Py_ssize_t i = 0; i < rows->shape[0]; i++)
+        if (r[i] < 0 || r[i] >= B) return "a row's sentence is outside the tables";
+    return NULL;
+}
+
+static PyObject *greedy_choose(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objects[7];
+    Py_ssize_t step, eos;
+    int avx2 = AVX2;
+    if (!PyArg_ParseTuple(args, "OOnOnOOOO|p", &objects[0], &objects[1], &step, &objects[2], &eos, &objects[3],
+                          &objects[4], &objects[5], &objects[6], &avx2))
+        return NULL;
+    Py_buffer b[7];
+    int held = 0;
+    for (; held < 7; held++) {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (held >= 3 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objects[held], &b[held], flags) < 0) break;
+    }
+    const char *problem = held < 7 ? "" : check_choice(b, step);
+    int64_t ending = 0;
+    if (!problem) {
+        Choice c = {(const float *)b[0].buf, (const int64_t *)b[1].buf, (const int64_t *)b[2].buf, b[0].shape[0],
+                    b[0].shape[1], b[2].shape[0], b[3].shape[1], step, eos, (int64_t *)b[3].buf,
+                    (int64_t *)b[5].buf, (int64_t *)b[6].buf, (float *)b[4].buf};
+        PyThreadState *state = release_if_large((size_t)b[0].len);
+        ending = choose(&c, avx2 && AVX2);
+        restore(state);
+    }
+    for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);
+    if (problem) {
+        if (*problem) PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    return PyLong_FromLongLong(ending);
+}
+
 static PyMethodDef methods[] = {
     {"top_per_row", top_per_row, METH_VARARGS,
      "top_per_row(values, n, out[, avx2]) -> bool: each row's columns of its n largest values into out, ascending; "
@@ -492,6 +632,9 @@ static PyMethodDef methods[] = {
      "move_rows(arrays, rows, moved): in place, row moved[i] of every array becomes its row rows[moved[i]]."},
     {"write_slots", write_slots, METH_VARARGS,
      "write_slots(caches, values, positions): each row's value into its cache slot, for every cache."},
+    {"greedy_choose", greedy_choose, METH_VARARGS,
+     "greedy_choose(log_probs, rows, step, lengths, eos, tokens, scores, places, chosen[, avx2]) -> int: each row's "
+     "best token and its log-prob into the sentence's tables; the rows that end, or -1 for a NaN."},
     {NULL, NULL, 0, NULL},
 };
 

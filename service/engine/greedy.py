@@ -4,13 +4,18 @@ The driver (search.Cohort) feeds `tokens` to the model, hands the step's log-pro
 `advance`, and reorders the model state by the rows it returns. Finished sentences are taken
 with `take_finished` after every step, so a caller can answer them before the rest are done.
 
-Legend: B sentences, N rows still decoding (one per sentence), V target vocabulary.
+Every row of one search is at the same step (rows leave, none join: a joining search is a part of
+its own), so a step's choices go into (B, T) tables at [rows, step], by one call of the C kernel
+(numpy where it is not built), and a sentence's lists are built once, when it ends.
+
+Legend: B sentences, N rows still decoding (one per sentence), V target vocabulary, T steps.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from service.engine import native
 from service.engine.row_order import gap_filling
 from service.engine.scoring import FloatArray, Hypothesis, IntArray, Scoring, against_repeats, force_eos
 
@@ -19,13 +24,16 @@ class GreedyDecode:
     """Coverage does not change greedy's choice, only the score, so scores compare with beam's."""
 
     def __init__(self, max_lengths: IntArray, bos_id: int, eos_id: int, scoring: Scoring) -> None:
-        B = len(max_lengths)
-        self.max_lengths, self.bos_id, self.eos_id, self.scoring = max_lengths, bos_id, eos_id, scoring
+        self.max_lengths = np.ascontiguousarray(max_lengths, dtype=np.int64)
+        B, T = len(max_lengths), max(int(self.max_lengths.max(initial=0)), 1)  # a sentence takes one step at least
+        self.bos_id, self.eos_id, self.scoring = bos_id, eos_id, scoring
         self.rows = np.arange(B)  # (N,) sentence of each row still decoding
         self.tokens: IntArray = np.full(B, bos_id, dtype=np.int64)  # (N,) token each row feeds next
-        self._tokens: list[list[int]] = [[] for _ in range(B)]
-        self._log_probs: list[list[float]] = [[] for _ in range(B)]
-        self._attention: list[list[FloatArray]] = [[] for _ in range(B)]
+        self.t = 0  # steps taken: every row's length
+        self._tables = native.GreedyTables(
+            np.zeros((B, T), dtype=np.int64), np.zeros((B, T), dtype=np.float32), np.zeros((B, T), dtype=np.int64)
+        )
+        self._attention: list[FloatArray] = []  # (N_t, ...) each step's, for the rows then decoding
         self._finished: list[tuple[int, list[Hypothesis]]] = []
 
     def start(self) -> IntArray | None:
@@ -37,25 +45,32 @@ class GreedyDecode:
 
     def advance(self, log_probs: FloatArray, attention: FloatArray) -> IntArray | None:
         """Take the step's (N, V) log-probs and (N, ...) attention; the rows that go on (None: all)."""
-        scoring = self.scoring
+        scoring, rows, t = self.scoring, self.rows, self.t
         if scoring.no_repeat_ngram or scoring.repetition_penalty != 1.0:
-            log_probs = against_repeats(log_probs, [[self.bos_id, *self._tokens[b]] for b in self.rows], scoring)
+            histories = [[self.bos_id, *h] for h in self._tables.tokens[rows, :t].tolist()]
+            log_probs = against_repeats(log_probs, histories, scoring)
         if scoring.forced_eos:
-            lengths = np.array([len(self._tokens[b]) for b in self.rows])
-            log_probs = force_eos(log_probs, lengths + 1 >= self.max_lengths[self.rows], self.eos_id)
+            log_probs = force_eos(log_probs, t + 1 >= self.max_lengths[rows], self.eos_id)
+        chosen = native.greedy_choose(log_probs, rows, t, self.max_lengths, self.eos_id, self._tables)
+        tokens, ending = chosen if chosen is not None else self._choose(log_probs)
+        self._attention.append(attention)
+        self.tokens, self.t = tokens, t + 1
+        if not ending:  # most steps
+            return None
+        ends = (tokens == self.eos_id) | (self.max_lengths[rows] <= t + 1)  # (N,)
+        for sentence in rows[ends].tolist():
+            self._finished.append((sentence, [self._hypothesis(sentence)]))
+        return self._keep(np.asarray(gap_filling(np.flatnonzero(~ends).tolist()), dtype=np.int64))
+
+    def _choose(self, log_probs: FloatArray) -> tuple[IntArray, int]:
+        """native.greedy_choose in numpy: the tokens, and how many rows end."""
+        rows, t, (N, V) = self.rows, self.t, log_probs.shape
         tokens = log_probs.argmax(axis=1)  # (N,)
-        chosen = log_probs[np.arange(len(tokens)), tokens].tolist()  # (N,) read once, not row by row
-        keep = []
-        for i, (sentence, token, log_prob) in enumerate(zip(self.rows.tolist(), tokens.tolist(), chosen, strict=True)):
-            self._tokens[sentence].append(token)
-            self._log_probs[sentence].append(log_prob)
-            self._attention[sentence].append(attention[i])
-            if token != self.eos_id and len(self._tokens[sentence]) < self.max_lengths[sentence]:
-                keep.append(i)
-            else:
-                self._finished.append((sentence, [self._hypothesis(sentence)]))
-        self.tokens = tokens
-        return self._keep(np.asarray(gap_filling(keep), dtype=np.int64))
+        tables = self._tables
+        tables.tokens[rows, t], tables.places[rows, t] = tokens, np.arange(N)
+        tables.scores[rows, t] = log_probs.reshape(-1)[tokens + np.arange(0, N * V, V)]
+        ending = (tokens == self.eos_id) | (self.max_lengths[rows] <= t + 1)
+        return tokens, int(np.count_nonzero(ending))
 
     def drop(self, sentences: set[int]) -> IntArray | None:
         """Stop decoding these sentences (their caller left); the rows that go on (None: all)."""
@@ -74,8 +89,10 @@ class GreedyDecode:
         return keep
 
     def _hypothesis(self, b: int) -> Hypothesis:
-        attention = np.stack(self._attention[b])
-        score = self.scoring.normalised(sum(self._log_probs[b]), len(self._tokens[b]))
+        t, tables = self.t, self._tables
+        tokens, log_probs = tables.tokens[b, :t].tolist(), tables.scores[b, :t].tolist()
+        places = tables.places[b, :t].tolist()
+        attention = np.stack([step[i] for step, i in zip(self._attention, places, strict=True)])  # (T, ...)
+        score = self.scoring.normalised(sum(log_probs), t)
         bonus = self.scoring.coverage(attention) if self.scoring.coverage else 0.0
-        done = self._tokens[b][-1] == self.eos_id
-        return Hypothesis(self._tokens[b], self._log_probs[b], attention, score + bonus, done)
+        return Hypothesis(tokens, log_probs, attention, score + bonus, tokens[-1] == self.eos_id)

@@ -3,7 +3,8 @@
 The extension is optional (pyproject.toml): an install without a C compiler serves with numpy
 instead, with the same results: the beam's columns and candidates (service/engine/beam.py's
 `top_per_row` and `BeamDecode._candidates`), the cache slots and the reorder's rows
-(onnx_model.py's `OnnxSeq2Seq._write_slots` and `OnnxSeq2Seq._moved`). Each function here says when the
+(onnx_model.py's `OnnxSeq2Seq._write_slots` and `OnnxSeq2Seq._moved`), greedy's choice (greedy.py's
+`GreedyDecode.advance`). Each function here says when the
 kernel did not apply; the service's "ready" log line says whether it is built.
 """
 
@@ -111,3 +112,33 @@ def move_rows(arrays: Sequence[npt.NDArray[Any]], rows: IntArray, moved: IntArra
     except (ValueError, BufferError):  # checked before any write
         return False
     return True
+
+
+@dataclass
+class GreedyTables:
+    """A greedy search's record, (B, T) each: every sentence's tokens, their log-probs, and the row each
+    step's attention holds it at."""
+
+    tokens: IntArray
+    scores: FloatArray
+    places: IntArray
+
+
+def greedy_choose(
+    log_probs: FloatArray, rows: IntArray, step: int, lengths: IntArray, eos: int, tables: GreedyTables
+) -> tuple[IntArray, int] | None:
+    """Each row's best token (the lowest column among equal values, as argmax), written with its log-prob
+    and row into `tables` at [rows, step]; the tokens and how many rows end (EOS, or their length
+    reached). None, nothing written, where the kernel does not apply (not built, not float32 or not
+    contiguous, a NaN)."""
+    kernels = _kernels()
+    if kernels is None:
+        return None
+    chosen = np.empty(len(rows), dtype=np.int64)
+    try:  # the kernel checks types, shapes and contiguity itself, before any write
+        ending = kernels.greedy_choose(
+            log_probs, rows, step, lengths, eos, tables.tokens, tables.scores, tables.places, chosen
+        )
+    except (ValueError, BufferError):
+        return None
+    return (chosen, ending) if ending >= 0 else None

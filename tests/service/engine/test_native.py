@@ -162,6 +162,63 @@ def test_beam_candidates_decline_nan_and_what_they_do_not_take() -> None:
     assert native.beam_candidates(log_probs, nan, 4, 8) is None
 
 
+def greedy_tables(sentences: int, steps: int) -> native.GreedyTables:
+    return native.GreedyTables(
+        np.full((sentences, steps), -7, dtype=np.int64),
+        np.full((sentences, steps), 9.0, dtype=np.float32),
+        np.full((sentences, steps), -7, dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize("avx2", [True, False])
+def test_greedy_choices_are_numpys_to_the_bit(avx2: bool) -> None:
+    """Each row's token (argmax's: the lowest column among equal values), its log-prob and its place
+    at [sentence, step], and the rows that end: the kernel and the numpy path agree on ties, -inf rows,
+    rows all -inf, vocabularies from 1 to 9,000 (under and over the vector width), on both paths."""
+    rng = np.random.default_rng(12)
+    for _ in range(120):
+        sentences, vocab, steps = int(rng.integers(1, 12)), int(rng.choice([1, 7, 31, 32, 33, 300, 9000])), 6
+        lengths = rng.integers(1, steps + 1, sentences)
+        rows = rng.permutation(sentences)[: int(rng.integers(1, sentences + 1))]
+        log_probs = (np.round(rng.standard_normal((len(rows), vocab)) * 2) / 2 - 8).astype(np.float32)
+        log_probs[rng.random(log_probs.shape) < 0.05] = -np.inf
+        log_probs[rng.random(len(rows)) < 0.1] = -np.inf
+        step, eos = int(rng.integers(0, steps)), int(rng.integers(0, vocab))
+        chosen = np.empty(len(rows), dtype=np.int64)
+        by_kernel, by_numpy = greedy_tables(sentences, steps), greedy_tables(sentences, steps)
+        ending = native._native.greedy_choose(
+            log_probs, rows, step, lengths, eos, by_kernel.tokens, by_kernel.scores, by_kernel.places, chosen, avx2
+        )
+        np.testing.assert_array_equal(chosen, log_probs.argmax(axis=1))
+        by_numpy.tokens[rows, step], by_numpy.places[rows, step] = chosen, np.arange(len(rows))
+        by_numpy.scores[rows, step] = log_probs[np.arange(len(rows)), chosen]
+        for got, want in zip(vars(by_kernel).values(), vars(by_numpy).values(), strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert ending == np.count_nonzero((chosen == eos) | (lengths[rows] <= step + 1))
+
+
+def test_greedy_choices_decline_nan_and_what_they_do_not_take() -> None:
+    """A NaN anywhere in a row (the vector loop's, or the tail's), float64 log-probs, a strided view, a
+    step past the tables, a sentence outside them, int32 rows: None, and the tables untouched."""
+    rng = np.random.default_rng(3)
+    log_probs = rng.standard_normal((3, 45)).astype(np.float32)
+    rows, lengths = np.array([2, 0, 1]), np.full(3, 5)
+    tables = greedy_tables(3, 5)
+    before = [t.copy() for t in vars(tables).values()]
+    for column in (0, 17, 44):
+        nan = log_probs.copy()
+        nan[1, column] = np.nan
+        assert native.greedy_choose(nan, rows, 0, lengths, 3, tables) is None
+    assert native.greedy_choose(log_probs.astype(np.float64), rows, 0, lengths, 3, tables) is None
+    assert native.greedy_choose(log_probs[:, ::2], rows, 0, lengths, 3, tables) is None
+    assert native.greedy_choose(log_probs, rows, 5, lengths, 3, tables) is None
+    assert native.greedy_choose(log_probs, np.array([2, 0, 3]), 0, lengths, 3, tables) is None
+    assert native.greedy_choose(log_probs, rows.astype(np.int32), 0, lengths, 3, tables) is None
+    for got, want in zip(vars(tables).values(), before, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert native.greedy_choose(log_probs, rows, 0, lengths, 3, tables) is not None
+
+
 @pytest.mark.parametrize("kernel", [True, False])
 def test_an_array_two_state_inputs_share_moves_once(
     bundle_dir: Path, monkeypatch: pytest.MonkeyPatch, kernel: bool
