@@ -196,6 +196,25 @@ static int is_int64(const Py_buffer *b) {
     return b->itemsize == 8 && (strcmp(b->format, "q") == 0 || strcmp(b->format, "l") == 0);
 }
 
+/* objects[i]'s buffer into b[i], C-contiguous with its format, writable from index `writable` on;
+   how many were taken (under n: the buffer protocol's error is set) */
+static int take_buffers(PyObject **objects, int n, int writable, Py_buffer *b) {
+    int held = 0;
+    for (; held < n; held++) {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (held >= writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objects[held], &b[held], flags) < 0) break;
+    }
+    return held;
+}
+
+/* the buffers released; 0 with a ValueError set for a problem ("": the buffer protocol's error is
+   already set), 1 without one */
+static int released(Py_buffer *b, int held, const char *problem) {
+    for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);
+    if (problem && *problem) PyErr_SetString(PyExc_ValueError, problem);
+    return problem == NULL;
+}
+
 static PyObject *top_per_row(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *values_obj, *out_obj;
@@ -289,11 +308,7 @@ static PyObject *beam_candidates(PyObject *self, PyObject *args) {
                           &avx2))
         return NULL;
     Py_buffer b[5];
-    int held = 0;
-    for (; held < 5; held++) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (held >= 2 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objects[held], &b[held], flags) < 0) break;
-    }
+    int held = take_buffers(objects, 5, 2, b);
     const char *problem = held < 5 ? "" : NULL;
     Py_buffer *lp = &b[0], *cum = &b[1], *rows = &b[2], *tokens = &b[3], *totals = &b[4];
     if (!problem && (lp->ndim != 2 || lp->itemsize != 4 || strcmp(lp->format, "f") != 0))
@@ -328,11 +343,7 @@ static PyObject *beam_candidates(PyObject *self, PyObject *args) {
         PyMem_Free(columns);
         PyMem_Free(candidates);
     }
-    for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);
-    if (problem) {
-        if (*problem) PyErr_SetString(PyExc_ValueError, problem);
-        return NULL;
-    }
+    if (!released(b, held, problem)) return NULL;
     return PyBool_FromLong(done);
 }
 
@@ -598,11 +609,7 @@ static PyObject *greedy_choose(PyObject *self, PyObject *args) {
                           &objects[4], &objects[5], &objects[6], &avx2))
         return NULL;
     Py_buffer b[7];
-    int held = 0;
-    for (; held < 7; held++) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (held >= 3 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objects[held], &b[held], flags) < 0) break;
-    }
+    int held = take_buffers(objects, 7, 3, b);
     const char *problem = held < 7 ? "" : check_choice(b, step);
     int64_t ending = 0;
     if (!problem) {
@@ -613,11 +620,7 @@ static PyObject *greedy_choose(PyObject *self, PyObject *args) {
         ending = choose(&c, avx2 && AVX2);
         restore(state);
     }
-    for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);
-    if (problem) {
-        if (*problem) PyErr_SetString(PyExc_ValueError, problem);
-        return NULL;
-    }
+    if (!released(b, held, problem)) return NULL;
     return PyLong_FromLongLong(ending);
 }
 
