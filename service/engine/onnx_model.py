@@ -398,7 +398,10 @@ class OnnxSeq2Seq:
         self._carried = [(s.input, s.output) for s in self.state_specs if s.write != "slot"]  # fed back as output
         # the inner session's `run` on the CPU: the Python wrapper checks input names the runtime checks
         # again, and its fallback remakes a session after a GPU provider's failure, which a CPU one has not
-        self._run = self.decoder._sess.run if config.provider == "cpu" else self.decoder.run
+        # (with the new state from name pairs: greedy x 1 int8 1.049x, paired). A release without `_sess`
+        # gets the wrapper
+        inner = getattr(self.decoder, "_sess", None) if config.provider == "cpu" else None
+        self._run = inner.run if inner is not None else self.decoder.run
         self._batch_first = all(s.batch_axis == 0 for s in self.state_specs)
         # the kernel writes (B, H, P, D) caches: batch first, slots third
         self._kernel_slots = all(
