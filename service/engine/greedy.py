@@ -14,6 +14,7 @@ Legend: B sentences, N rows still decoding (one per sentence), V target vocabula
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from service.engine import native
 from service.engine.row_order import gap_filling
@@ -57,7 +58,7 @@ class GreedyDecode:
         self.tokens, self.t = tokens, t + 1
         if not ending:  # most steps
             return None
-        ends = (tokens == self.eos_id) | (self.max_lengths[rows] <= t + 1)  # (N,)
+        ends = self._ends(tokens, t)  # (N,)
         for sentence in rows[ends].tolist():
             self._finished.append((sentence, [self._hypothesis(sentence)]))
         return self._keep(np.asarray(gap_filling(np.flatnonzero(~ends).tolist()), dtype=np.int64))
@@ -69,8 +70,12 @@ class GreedyDecode:
         tables = self._tables
         tables.tokens[rows, t], tables.places[rows, t] = tokens, np.arange(N)
         tables.scores[rows, t] = log_probs.reshape(-1)[tokens + np.arange(0, N * V, V)]
-        ending = (tokens == self.eos_id) | (self.max_lengths[rows] <= t + 1)
-        return tokens, int(np.count_nonzero(ending))
+        return tokens, int(np.count_nonzero(self._ends(tokens, t)))
+
+    def _ends(self, tokens: IntArray, t: int) -> npt.NDArray[np.bool_]:
+        """(N,) the rows whose token of step t ends them: EOS, or their sentence's length reached."""
+        ends: npt.NDArray[np.bool_] = (tokens == self.eos_id) | (self.max_lengths[self.rows] <= t + 1)
+        return ends
 
     def drop(self, sentences: set[int]) -> IntArray | None:
         """Stop decoding these sentences (their caller left); the rows that go on (None: all)."""
