@@ -22,6 +22,10 @@
      What Div(range, divisor), DequantizeLinear(acc, ., axis 0) and Add(., bias) give. Compiled
      with -ffp-contract=off: a fused multiply-add would round once where they round twice.
 
+   Wide enough, both split their rows over the session's intra-op threads (ops_parallel, through
+   the C API's KernelContext_ParallelFor): each row is computed alone, so the bits do not depend on
+   the split.
+
    The library registers them when onnxruntime loads it (SessionOptions.register_custom_ops_library)
    through the C API's function table. That table only grows between releases, so the positions of
    the entries used here (below) hold for every onnxruntime since 1.x; the custom op structure is
@@ -44,6 +48,7 @@
 #include "ortops.h"
 
 static const OrtApi *api;
+static const OrtApi *parallel_api; /* NULL: an onnxruntime without KernelContext_ParallelFor */
 
 typedef void (*ApiFunction)(void);
 #define ENTRY(index, type) ((type)(((const ApiFunction *)api)[index]))
@@ -94,6 +99,20 @@ int64_t ops_count(const int64_t *dims, size_t rank) {
 }
 
 int ops_is_scalar(const Tensor *t) { return ops_count(t->dims, t->rank) == 1; }
+
+typedef OrtStatus *(*ParallelFor)(const OrtKernelContext *, void (*)(void *, size_t), size_t, size_t, void *);
+
+void ops_parallel(OrtKernelContext *context, void (*task)(void *, size_t), size_t total, size_t batches, void *data) {
+    if (parallel_api && batches > 1 && total > 1) {
+        const ApiFunction *table = (const ApiFunction *)parallel_api;
+        OrtStatus *status = ((ParallelFor)table[API_KERNEL_CONTEXT_PARALLEL_FOR])(
+            context, task, total, batches < total ? batches : total, data);
+        if (!status) return;
+        /* a build without the kernel context API refuses before running any: run them here */
+        ((void (*)(OrtStatus *))table[API_RELEASE_STATUS])(status);
+    }
+    for (size_t i = 0; i < total; i++) task(data, i);
+}
 
 /* ---- RowQuant ---- */
 
@@ -176,6 +195,27 @@ static const Kernels avx2_kernels = {quantize_row_avx2, row_range_avx2, dequanti
    and both give the same bits */
 static const Kernels *kernels = &portable_kernels;
 
+/* Rows go to the intra-op threads in runs of about 64k elements (256 KB of floats), where a hand-off
+   to another thread costs a small part of the run: a 32-row step's wider products split, its
+   256-wide ones and a one-row step's never do. */
+static size_t runs_of(int64_t rows, int64_t width) { return (size_t)(rows * width / 65536); }
+
+typedef struct {
+    const float *x;
+    int64_t k;
+    float levels, tiny;
+    int zp;
+    uint8_t *q;
+    float *range;
+} QuantRows;
+
+static void quant_row(void *data, size_t r) {
+    const QuantRows *t = data;
+    const float *x = t->x + (int64_t)r * t->k;
+    t->range[r] = kernels->range(x, t->k, t->tiny);
+    kernels->quantize(x, t->k, t->range[r] / t->levels, t->zp, t->q + (int64_t)r * t->k);
+}
+
 static OrtStatus *row_quant(OrtKernelContext *context) {
     Tensor x, levels, zero_point, tiny;
     OrtStatus *status = ops_input(context, 0, TYPE_FLOAT, &x);
@@ -189,17 +229,28 @@ static OrtStatus *row_quant(OrtKernelContext *context) {
     float *range;
     if ((status = ops_output(context, 0, x.dims, x.rank, (void **)&q))) return status;
     if ((status = ops_output(context, 1, x.dims, x.rank - 1, (void **)&range))) return status;
-    const int64_t k = x.dims[x.rank - 1], rows = ops_count(x.dims, x.rank - 1);
-    const float *xs = x.data, level = *(const float *)levels.data, floor_ = *(const float *)tiny.data;
-    const int zp = *(const uint8_t *)zero_point.data;
-    for (int64_t r = 0; r < rows; r++) {
-        range[r] = kernels->range(xs + r * k, k, floor_);
-        kernels->quantize(xs + r * k, k, range[r] / level, zp, q + r * k);
-    }
+    const QuantRows task = {x.data, x.dims[x.rank - 1], *(const float *)levels.data, *(const float *)tiny.data,
+                            *(const uint8_t *)zero_point.data, q, range};
+    const int64_t rows = ops_count(x.dims, x.rank - 1);
+    ops_parallel(context, quant_row, (size_t)rows, runs_of(rows, task.k), (void *)&task);
     return NULL;
 }
 
 /* ---- RowDequant ---- */
+
+typedef struct {
+    const int32_t *acc;
+    const float *range;
+    float divisor;
+    const float *bias;
+    int64_t n;
+    float *y;
+} DequantRows;
+
+static void dequant_row(void *data, size_t r) {
+    const DequantRows *t = data;
+    kernels->dequantize(t->acc + (int64_t)r * t->n, t->n, t->range[r] / t->divisor, t->bias, t->y + (int64_t)r * t->n);
+}
 
 static OrtStatus *row_dequant(OrtKernelContext *context) {
     Tensor acc, range, divisor, bias;
@@ -217,12 +268,9 @@ static OrtStatus *row_dequant(OrtKernelContext *context) {
     if (with_bias && ops_count(bias.dims, bias.rank) != n) return ops_error("attention_mt.RowDequant: a bias per column");
     float *y;
     if ((status = ops_output(context, 0, acc.dims, acc.rank, (void **)&y))) return status;
-    const int32_t *a = acc.data;
-    const float *ranges = range.data, *b = with_bias ? (const float *)bias.data : NULL;
-    const float d = *(const float *)divisor.data;
-    for (int64_t r = 0; r < rows; r++) {
-        kernels->dequantize(a + r * n, n, ranges[r] / d, b, y + r * n);
-    }
+    const DequantRows task = {acc.data, range.data, *(const float *)divisor.data,
+                              with_bias ? (const float *)bias.data : NULL, n, y};
+    ops_parallel(context, dequant_row, (size_t)rows, runs_of(rows, n), (void *)&task);
     return NULL;
 }
 
@@ -313,6 +361,9 @@ static Operator operators[] = {
 /* onnxruntime's entry point: adds the domain's operators to the session options. */
 OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
     api = base->GetApi(API_VERSION);
+    /* ATTENTION_MT_SERIAL_OPS: every operator in the calling thread, as benchmarks compare both */
+    const char *serial = getenv("ATTENTION_MT_SERIAL_OPS");
+    parallel_api = serial && *serial && strcmp(serial, "0") != 0 ? NULL : base->GetApi(PARALLEL_API_VERSION);
     const Kernels *chosen = &portable_kernels;
 #if HAVE_AVX2_PATH
     /* ATTENTION_MT_PORTABLE_OPS: the portable loops on any CPU, as the tests compare both */

@@ -24,6 +24,8 @@ typedef struct OrtApiBase {
 enum { TYPE_FLOAT = 1, TYPE_UINT8 = 2, TYPE_INT32 = 6, TYPE_INT64 = 7, TYPE_BOOL = 9 };
 enum { ORT_INVALID_ARGUMENT = 2 };
 enum { CUSTOM_OP_VERSION = 16, API_VERSION = 16 };
+/* the first C API with KernelContext_ParallelFor (onnxruntime 1.17) */
+enum { PARALLEL_API_VERSION = 17 };
 
 /* positions in the OrtApi table */
 enum {
@@ -39,7 +41,9 @@ enum {
     API_KERNEL_CONTEXT_GET_INPUT_COUNT = 88,
     API_KERNEL_CONTEXT_GET_INPUT = 90,
     API_KERNEL_CONTEXT_GET_OUTPUT = 91,
+    API_RELEASE_STATUS = 93,
     API_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO = 99,
+    API_KERNEL_CONTEXT_PARALLEL_FOR = 274,
 };
 
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -59,6 +63,10 @@ HIDDEN OrtStatus *ops_output(OrtKernelContext *context, size_t index, const int6
 HIDDEN OrtStatus *ops_input_count(OrtKernelContext *context, size_t *count);
 HIDDEN int64_t ops_count(const int64_t *dims, size_t rank);
 HIDDEN int ops_is_scalar(const Tensor *t);
+/* task(data, i) for every i < total: in `batches` runs of consecutive i on the session's intra-op
+   threads where onnxruntime lends them (1.17 and later) and batches > 1, else in this thread, in
+   order. Each i must write only its own outputs: which thread runs it never changes a bit. */
+HIDDEN void ops_parallel(OrtKernelContext *context, void (*task)(void *, size_t), size_t total, size_t batches, void *data);
 
 /* the attention kernels (ortops_attention.c) */
 HIDDEN OrtStatus *cache_attention(OrtKernelContext *context);

@@ -22,7 +22,8 @@
    Scores are q.k / scale, weights their softmax. The values are the graph's to rounding, not bit for
    bit (onnxruntime's MatMul and exp sum in other orders). What they keep exactly is batch invariance:
    each row is computed alone, every sum runs in a fixed order that does not depend on B, P or S, and
-   a blocked slot adds nothing, so a row gets the same bits alone, padded, or beside any others. The
+   a blocked slot adds nothing, so a row gets the same bits alone, padded, beside any others, or on
+   another thread (from 8 rows on, each row is a task for the session's intra-op threads). The
    sums run in eight lanes (GCC's and clang's vector extension), each lane's operations IEEE's, with
    no fused multiply-add (the extension is built with -ffp-contract=off): every CPU gets the same. */
 
@@ -229,65 +230,75 @@ typedef struct {
     int64_t B, N, X, D; /* rows, heads, slots or source positions, head width */
 } Heads;
 
-INLINE void cache_rows(const Heads *c, const float *q, const float *k, const float *v, const float *keys,
-                              const float *values, const int64_t *positions, float scale, float *mixed,
-                              float *weights, int wide) {
-    const int64_t N = c->N, P = c->X, D = c->D, H = N * D;
-    for (int64_t b = 0; b < c->B; b++) {
-        const int64_t past = positions[b] < P ? positions[b] : P, seen = positions[b] < P ? past + 1 : P;
-        for (int64_t h = 0; h < N; h++) {
-            const int64_t row = b * H + h * D, head = (b * N + h) * P;
-            float *w = weights + head;
-            scores(q + row, keys + head * D, past, D, scale, w);
-            if (seen > past) w[past] = reduced(lanes_dot(q + row, k + row, D)) / scale;
-            softmax(w, seen, NULL);
-            memset(w + seen, 0, (size_t)(P - seen) * sizeof *w);
-            /* the cache's slots first, this step's own last: the graph's order */
-            mix(mixed + row, w, values + head * D, past, D, wide);
-            if (seen > past && w[past] != 0.0f) add_scaled(mixed + row, w[past], v + row, D);
-        }
+/* what one row's task reads and writes: a row writes only its own mixed and weights */
+typedef struct {
+    Heads shape;
+    const float *q, *k, *v, *keys, *values;
+    const int64_t *positions;
+    float scale;
+    float *mixed, *weights;
+} CacheTask;
+
+typedef struct {
+    Heads shape;
+    const float *q, *keys, *values;
+    const uint8_t *blocked;
+    const int64_t *sources;
+    float scale;
+    float *mixed, *weights;
+} CrossTask;
+
+/* One row's heads: row b attends to the cache's slots before positions[b] and to its own k and v */
+INLINE void cache_row(const CacheTask *t, int64_t b, int wide) {
+    const Heads *c = &t->shape;
+    const int64_t N = c->N, P = c->X, D = c->D, H = N * D, position = t->positions[b];
+    const int64_t past = position < P ? position : P, seen = position < P ? past + 1 : P;
+    for (int64_t h = 0; h < N; h++) {
+        const int64_t row = b * H + h * D, head = (b * N + h) * P;
+        float *w = t->weights + head;
+        scores(t->q + row, t->keys + head * D, past, D, t->scale, w);
+        if (seen > past) w[past] = reduced(lanes_dot(t->q + row, t->k + row, D)) / t->scale;
+        softmax(w, seen, NULL);
+        memset(w + seen, 0, (size_t)(P - seen) * sizeof *w);
+        /* the cache's slots first, this step's own last: the graph's order */
+        mix(t->mixed + row, w, t->values + head * D, past, D, wide);
+        if (seen > past && w[past] != 0.0f) add_scaled(t->mixed + row, w[past], t->v + row, D);
     }
 }
 
-INLINE void cross_rows(const Heads *c, const float *q, const float *keys, const float *values,
-                              const uint8_t *blocked, const int64_t *sources, float scale, float *mixed,
-                              float *weights, int wide) {
-    const int64_t N = c->N, S = c->X, D = c->D, H = N * D;
-    for (int64_t b = 0; b < c->B; b++) {
-        const int64_t source = sources ? sources[b] : b;
-        for (int64_t h = 0; h < N; h++) {
-            const int64_t row = b * H + h * D, head = (b * N + h) * S, kv = (source * N + h) * S * D;
-            float *w = weights + head;
-            scores(q + row, keys + kv, S, D, scale, w); /* blocked ones too: softmax drops them */
-            softmax(w, S, blocked + b * S);
-            mix(mixed + row, w, values + kv, S, D, wide);
-        }
+/* One row's heads: row b attends to the source row sources[b] (b without sources) */
+INLINE void cross_row(const CrossTask *t, int64_t b, int wide) {
+    const Heads *c = &t->shape;
+    const int64_t N = c->N, S = c->X, D = c->D, H = N * D, source = t->sources ? t->sources[b] : b;
+    for (int64_t h = 0; h < N; h++) {
+        const int64_t row = b * H + h * D, head = (b * N + h) * S, kv = (source * N + h) * S * D;
+        float *w = t->weights + head;
+        scores(t->q + row, t->keys + kv, S, D, t->scale, w); /* blocked ones too: softmax drops them */
+        softmax(w, S, t->blocked + b * S);
+        mix(t->mixed + row, w, t->values + kv, S, D, wide);
     }
 }
 
-#define CACHE_ARGS const Heads *c, const float *q, const float *k, const float *v, const float *keys, \
-    const float *values, const int64_t *positions, float scale, float *mixed, float *weights
-#define CROSS_ARGS const Heads *c, const float *q, const float *keys, const float *values, const uint8_t *blocked, \
-    const int64_t *sources, float scale, float *mixed, float *weights
-
-static void cache_rows_portable(CACHE_ARGS) { cache_rows(c, q, k, v, keys, values, positions, scale, mixed, weights, 0); }
-static void cross_rows_portable(CROSS_ARGS) { cross_rows(c, q, keys, values, blocked, sources, scale, mixed, weights, 0); }
+static void cache_row_portable(void *t, size_t b) { cache_row(t, (int64_t)b, 0); }
+static void cross_row_portable(void *t, size_t b) { cross_row(t, (int64_t)b, 0); }
 #if HAVE_AVX2_BUILD
-__attribute__((target("avx2"))) static void cache_rows_avx2(CACHE_ARGS) {
-    cache_rows(c, q, k, v, keys, values, positions, scale, mixed, weights, 1);
-}
-__attribute__((target("avx2"))) static void cross_rows_avx2(CROSS_ARGS) {
-    cross_rows(c, q, keys, values, blocked, sources, scale, mixed, weights, 1);
-}
+__attribute__((target("avx2"))) static void cache_row_avx2(void *t, size_t b) { cache_row(t, (int64_t)b, 1); }
+__attribute__((target("avx2"))) static void cross_row_avx2(void *t, size_t b) { cross_row(t, (int64_t)b, 1); }
 #endif
 
-static void (*cache_rows_chosen)(CACHE_ARGS) = cache_rows_portable;
-static void (*cross_rows_chosen)(CROSS_ARGS) = cross_rows_portable;
+static void (*cache_row_chosen)(void *, size_t) = cache_row_portable;
+static void (*cross_row_chosen)(void *, size_t) = cross_row_portable;
+
+/* From this many rows on, each row is a task of its own for the intra-op threads: a row is several
+   microseconds (every head over every position), a hand-off about one */
+enum { PARALLEL_ROWS = 8 };
+
+static size_t row_tasks(int64_t rows) { return rows >= PARALLEL_ROWS ? (size_t)rows : 1; }
 
 HIDDEN void attention_kernels(int avx2) {
 #if HAVE_AVX2_BUILD
-    cache_rows_chosen = avx2 ? cache_rows_avx2 : cache_rows_portable;
-    cross_rows_chosen = avx2 ? cross_rows_avx2 : cross_rows_portable;
+    cache_row_chosen = avx2 ? cache_row_avx2 : cache_row_portable;
+    cross_row_chosen = avx2 ? cross_row_avx2 : cross_row_portable;
 #else
     (void)avx2;
 #endif
@@ -305,8 +316,9 @@ HIDDEN OrtStatus *cache_attention(OrtKernelContext *context) {
     float *mixed, *weights;
     if ((status = ops_output(context, 0, mixed_dims, 2, (void **)&mixed))) return status;
     if ((status = ops_output(context, 1, weight_dims, 4, (void **)&weights))) return status;
-    cache_rows_chosen(&shape, in.q.data, in.k.data, in.v.data, in.keys.data, in.values.data, positions,
-               *(const float *)in.scale.data, mixed, weights);
+    const CacheTask task = {shape, in.q.data, in.k.data, in.v.data, in.keys.data, in.values.data, positions,
+                            *(const float *)in.scale.data, mixed, weights};
+    ops_parallel(context, cache_row_chosen, (size_t)shape.B, row_tasks(shape.B), (void *)&task);
     return NULL;
 }
 
@@ -337,7 +349,8 @@ HIDDEN OrtStatus *cross_attention(OrtKernelContext *context) {
     float *mixed, *weights;
     if ((status = ops_output(context, 0, mixed_dims, 2, (void **)&mixed))) return status;
     if ((status = ops_output(context, 1, weight_dims, 4, (void **)&weights))) return status;
-    cross_rows_chosen(&shape, q.data, keys.data, values.data, blocked.data, rows, *(const float *)scale_.data,
-                      mixed, weights);
+    const CrossTask task = {shape, q.data, keys.data, values.data, blocked.data, rows, *(const float *)scale_.data,
+                            mixed, weights};
+    ops_parallel(context, cross_row_chosen, (size_t)shape.B, row_tasks(shape.B), (void *)&task);
     return NULL;
 }

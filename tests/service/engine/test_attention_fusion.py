@@ -206,6 +206,27 @@ def test_the_avx2_and_portable_loops_give_the_same_bits(bundle_dir: Path, monkey
         assert np.array_equal(got, want)
 
 
+def test_rows_split_over_threads_give_the_same_bits(bundle_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From 8 rows on, each row is a task for the session's intra-op threads: 32 rows at their own
+    positions, some source padding, get the bits the operators give in one thread
+    (ATTENTION_MT_SERIAL_OPS, read as each session registers the library)."""
+    path = bundle_dir / "en-zh-int8" / "decoder.onnx"
+    model = fused_decoder(path, Fusions()).model
+    inputs = feeds(session(str(path)), 32, seed=6)
+    inputs["positions"] = RNG.integers(0, inputs["past_key.0"].shape[2] + 2, 32)
+    inputs["src_pad_mask"][::3, 9:] = True
+    found = []
+    for serial in ("1", "0"):
+        monkeypatch.setenv("ATTENTION_MT_SERIAL_OPS", serial)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2
+        options.register_custom_ops_library(graph_fusion.library())
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
+        found.append(run(ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]), inputs))
+    for got, want in zip(*found, strict=True):
+        assert np.array_equal(got, want)
+
+
 def test_rows_of_one_sentence_read_one_copy_of_its_keys_and_values(bundle_dir: Path) -> None:
     """The fused graph takes SOURCE_ROWS: six rows (two sentences' beams) reading two sentences' keys
     and values get the bits they get with a copy per row."""

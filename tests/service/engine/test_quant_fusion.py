@@ -137,6 +137,31 @@ def test_a_chain_of_any_width_gives_the_same_bits(
         assert np.array_equal(ours.run(None, {"x": x})[0], written.run(None, {"x": x})[0])
 
 
+def test_rows_split_over_threads_give_the_same_bits(
+    tmp_path: Path, code_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wide enough (150 rows of 1,027 to quantize, of 4,099 to rescale), the operators hand runs of
+    rows to the session's intra-op threads: the bits are the graph's as written and those of the
+    operators in one thread (ATTENTION_MT_SERIAL_OPS, read as each session registers the library)."""
+    model = lean_chain(1027, 4099, with_bias=True)
+    fused = fuse(model, tmp_path)
+    written = session(model.SerializeToString(), False)
+    for x in inputs((150, 1027)):
+        want = written.run(None, {"x": x})[0]
+        for serial in ("1", "0"):
+            monkeypatch.setenv("ATTENTION_MT_SERIAL_OPS", serial)
+            assert np.array_equal(threaded(fused.model, tmp_path).run(None, {"x": x})[0], want), serial
+
+
+def threaded(model: bytes, folder: Path) -> ort.InferenceSession:
+    """A fused graph read from `folder`, on two intra-op threads."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.register_custom_ops_library(graph_fusion.library())
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
 def test_a_chain_something_else_reads_stays_as_written(tmp_path: Path) -> None:
     """A graph output that is a chain's range: that quantization is not fused (its rescale still is),
     and the graph gives the same bits and the same range."""
