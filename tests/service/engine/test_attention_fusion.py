@@ -20,7 +20,7 @@ from service.engine.attention_fusion import SOURCE_ROWS, SOURCES
 from service.engine.bundle import load_bundle
 from service.engine.graph_fusion import DOMAIN, Fusions
 from service.engine.onnx_model import OnnxSeq2Seq, SessionConfig
-from tests.service.engine.test_quant_fusion import decoded
+from tests.service.engine.test_quant_fusion import decoded, threaded
 
 ATTENTION_ONLY = Fusions(rows=False, attention=True)
 RNG = np.random.default_rng(5)
@@ -218,11 +218,7 @@ def test_rows_split_over_threads_give_the_same_bits(bundle_dir: Path, monkeypatc
     found = []
     for serial in ("1", "0"):
         monkeypatch.setenv("ATTENTION_MT_SERIAL_OPS", serial)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 2
-        options.register_custom_ops_library(graph_fusion.library())
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
-        found.append(run(ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]), inputs))
+        found.append(run(threaded(model, path.parent), inputs))
     for got, want in zip(*found, strict=True):
         assert np.array_equal(got, want)
 
