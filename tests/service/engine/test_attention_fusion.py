@@ -5,6 +5,7 @@ attentions the pattern does not fit left alone, and the same translations."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -195,15 +196,9 @@ def test_the_avx2_and_portable_loops_give_the_same_bits(bundle_dir: Path, monkey
     library (the choice is the library's, so each runs right after its session is made)."""
     path = bundle_dir / "en-zh" / "decoder.onnx"
     model = fused_decoder(path).model
-    inputs = feeds(session(str(path)), 9, seed=2)
-    inputs["positions"] = RNG.integers(0, inputs["past_key.0"].shape[2] + 2, 9)
+    inputs = at_random_positions(path, 9, seed=2)
     inputs["src_pad_mask"][:, 11:] = True
-    found = []
-    for portable in ("1", "0"):
-        monkeypatch.setenv("ATTENTION_MT_PORTABLE_OPS", portable)
-        found.append(run(session(model, path.parent), inputs))
-    for got, want in zip(*found, strict=True):
-        assert np.array_equal(got, want)
+    same_bits_either_way(monkeypatch, "ATTENTION_MT_PORTABLE_OPS", lambda: session(model, path.parent), inputs)
 
 
 def test_rows_split_over_threads_give_the_same_bits(bundle_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,13 +207,28 @@ def test_rows_split_over_threads_give_the_same_bits(bundle_dir: Path, monkeypatc
     (ATTENTION_MT_SERIAL_OPS, read as each session registers the library)."""
     path = bundle_dir / "en-zh-int8" / "decoder.onnx"
     model = fused_decoder(path, Fusions()).model
-    inputs = feeds(session(str(path)), 32, seed=6)
-    inputs["positions"] = RNG.integers(0, inputs["past_key.0"].shape[2] + 2, 32)
+    inputs = at_random_positions(path, 32, seed=6)
     inputs["src_pad_mask"][::3, 9:] = True
+    same_bits_either_way(monkeypatch, "ATTENTION_MT_SERIAL_OPS", lambda: threaded(model, path.parent), inputs)
+
+
+def at_random_positions(path: Path, rows: int, seed: int) -> dict[str, Any]:
+    """A step's random inputs for the decoder at `path`, each row at a random cache position (some
+    past the cache's end)."""
+    inputs = feeds(session(str(path)), rows, seed=seed)
+    inputs["positions"] = RNG.integers(0, inputs["past_key.0"].shape[2] + 2, rows)
+    return inputs
+
+
+def same_bits_either_way(
+    monkeypatch: pytest.MonkeyPatch, variable: str, make: Callable[[], ort.InferenceSession], inputs: dict[str, Any]
+) -> None:
+    """`make()`'s outputs with the library's `variable` at 1 and at 0 are the same bits. The library reads
+    it as a session registers it, so each session runs right after it is made."""
     found = []
-    for serial in ("1", "0"):
-        monkeypatch.setenv("ATTENTION_MT_SERIAL_OPS", serial)
-        found.append(run(threaded(model, path.parent), inputs))
+    for value in ("1", "0"):
+        monkeypatch.setenv(variable, value)
+        found.append(run(make(), inputs))
     for got, want in zip(*found, strict=True):
         assert np.array_equal(got, want)
 
