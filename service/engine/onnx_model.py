@@ -53,6 +53,11 @@ SOURCE_CHUNK = 8
 # every row and head: at 128 rows that MatMul took 2.6x its unfused time, and the shipped int8 step 1.11x
 # (1.03x at 32 rows). An encoder's MatMuls have a row per source token and take the general kernel anyway.
 DECODER_DISABLED_OPTIMIZERS = ("MatMulScaleFusion",)
+# onnxruntime's fusion of an Add and the LayerNormalization after it, off for encoders: in the int8
+# graphs it fuses the last layer's residual Add into the final norm, and its SkipLayerNormalization took
+# 470 us at 16 x 20 tokens where the Add and LayerNormalization take about 60 (an int8 encoder 1.07-1.11x
+# faster without it; fp32 graphs have no such pair, unchanged). The last bits of that norm change.
+ENCODER_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 IN_PLACE_BYTES = 256 * 1024  # a beam reshuffle rewrites state tensors this large in place
 SHRINK_TO = 0.75  # rows leaving cut the source or cache width when it falls to this share or less
 # from this output vocabulary up, onnxruntime's memory pattern is off unless asked for: a pattern is one
@@ -360,7 +365,9 @@ class OnnxSeq2Seq:
             bundle, graphs.decoder.file, config, self._shared.get("decoder", {}), DECODER_DISABLED_OPTIMIZERS, step=True
         )
         encoder_weights = self._shared.get("encoder", {})
-        self.encoder, fused_encoder = _load_session(bundle, graphs.encoder.file, config, encoder_weights)
+        self.encoder, fused_encoder = _load_session(
+            bundle, graphs.encoder.file, config, encoder_weights, ENCODER_DISABLED_OPTIMIZERS
+        )
         # attention_mt operators in each graph, by name, for the ready log
         self.fused = {role: counts for role, counts in
                       (("encoder", fused_encoder), ("decoder", fused_decoder)) if counts is not None}  # fmt: skip
