@@ -26,8 +26,10 @@ from benchmarks.compare import Plan, close_workers, peak_rss, run_cells, save, s
 from benchmarks.report import fixed_table, rss_table
 
 # ours with two intra-op threads too: on a machine where one core cannot draw the memory bandwidth
-# that fp32 at batch 1 needs (232 MB of weights a token), the second thread is worth 1.6x there
-SETTINGS = ("intra1", "intra2", "split2x1", "dnnl-intra2", "dnnl-inter2x1")
+# that fp32 at batch 1 needs (232 MB of weights a token), the second thread is worth 1.6x there.
+# CTranslate2 on MKL too: on an Intel Xeon with VNNI and AMX its MKL backend won every int8 cell of
+# the shipped model, and oneDNN alone left it at 0.23x ours at OPUS-MT size (2026-12-07, eighth)
+SETTINGS = ("intra1", "intra2", "split2x1", "dnnl-intra2", "dnnl-inter2x1", "mkl-intra1", "mkl-inter2x1")
 
 
 def build_marian_artifacts(checkpoint: Path, work: Path) -> Artifacts:
@@ -62,10 +64,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="1 round, few sentences: checks the harness")
     parser.add_argument("--out", type=Path, help="JSON results")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated thread settings to try")
     args = parser.parse_args(argv)
     # a 65k-vocabulary beam-4 batch of 32 takes ~15 s a call here: one batch a round, and each
     # engine's settings that won the en-zh cells (benchmarks.compare tries them all)
-    plan = Plan(rounds=args.rounds, batch32_calls=1, engines=("ort", "ct2"), settings=SETTINGS)
+    settings = tuple(args.settings.split(","))
+    plan = Plan(rounds=args.rounds, batch32_calls=1, engines=("ort", "ct2"), settings=settings)
     if args.quick:
         plan = Plan(1, batch1_sentences=2, batch32_calls=1, engines=("ort", "ct2"), settings=("intra1", "dnnl-intra1"))
     arts = build_marian_artifacts(args.checkpoint, args.work or args.checkpoint.parent / "bench")

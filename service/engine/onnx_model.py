@@ -55,8 +55,8 @@ SOURCE_CHUNK = 8
 DECODER_DISABLED_OPTIMIZERS = ("MatMulScaleFusion",)
 # onnxruntime's fusion of an Add and the LayerNormalization after it, off for encoders: in the int8
 # graphs it fuses the last layer's residual Add into the final norm, and its SkipLayerNormalization took
-# 470 us at 16 x 20 tokens where the Add and LayerNormalization take about 60 (an int8 encoder 1.07-1.11x
-# faster without it; fp32 graphs have no such pair, unchanged). The last bits of that norm change.
+# 396-555 us a call at 16 x 20 tokens where an Add and a LayerNormalization took 27 and 51 (profiled): an
+# int8 encoder 1.07-1.11x faster without it. fp32 graphs have no such pair. The norm's last bits change.
 ENCODER_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 IN_PLACE_BYTES = 256 * 1024  # a beam reshuffle rewrites state tensors this large in place
 SHRINK_TO = 0.75  # rows leaving cut the source or cache width when it falls to this share or less
