@@ -3,7 +3,7 @@ by its own converter (issue 17).
 
     python -m benchmarks.opus_size --out build/opus-size        # the checkpoint: d 512, 6+6, V 65,001
     python -m benchmarks.compare_marian --checkpoint build/opus-size/checkpoint [--rounds 5] \\
-        [--out docs/measurements/bench-opus-size.json]
+        [--out docs/measurements/bench-opus-size.json] [--settings intra1,intra2,mkl-inter2x1]
 
 Ours: `convert-hf` to fp32 and int8 bundles (parity with transformers checked as it converts).
 CTranslate2: its own `TransformersConverter` (fp32 on disk, int8 as its load-time compute type).
